@@ -1,0 +1,443 @@
+"""JobManager: submit, list, inspect and stop training jobs over the Ray Jobs API.
+
+The MLflow run is the record of a job: the job list comes from MLflow (so it
+outlives a local Ray head), the live state from the Ray Jobs API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import tracking
+from .services import Services, ensure_services, state_dir
+from .spec import JobSpec, SpecError, current_owner
+from .tracking import TAG
+
+__all__ = ["JOB_ID_PATTERN", "TERMINAL_STATES", "Job", "JobInfo", "JobManager", "JobNotFound"]
+
+JOB_ID_PATTERN = re.compile(r"^tf-[0-9a-f]{8}$")
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+_RAY_TO_RUN = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "STOPPED": "KILLED"}
+_PACKAGE_EXCLUDES = ["__pycache__", "*.pyc", "labextension"]
+
+
+class JobNotFound(LookupError):
+    """No job with this id is known to the tracking server."""
+
+
+@dataclass
+class JobInfo:
+    """What ``status``/``list`` show for a job; times in s since the epoch."""
+
+    job_id: str
+    name: str
+    state: str
+    owner: str
+    experiment_id: str
+    run_id: str
+    run_status: str
+    submission_id: str
+    step: int | None
+    started: float | None
+    ended: float | None
+    reason: str
+    error: str
+    checkpoint_path: str
+    checkpoint_step: int | None
+    run_url: str
+
+    def as_row(self) -> dict[str, str]:
+        """Printable fields for tables."""
+        elapsed = ((self.ended or time.time()) - self.started) if self.started else None
+        return {
+            "job": self.job_id, "name": self.name, "state": self.state, "owner": self.owner,
+            "step": "-" if self.step is None else str(self.step),
+            "elapsed": "-" if elapsed is None else f"{elapsed:.0f} s",
+            "checkpoint": "-" if self.checkpoint_step is None else f"step {self.checkpoint_step}",
+            "detail": self.error or self.reason or "",
+        }
+
+
+def _function_source(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _payload_dir(job_id: str, meta: dict[str, Any], fn: Callable) -> Path:
+    """Write the job's payload as an importable package shipped with runtime_env py_modules."""
+    import cloudpickle
+
+    module = f"_tf_payload_{job_id.replace('-', '_')}"
+    path = state_dir() / "jobs" / job_id / module
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
+    (path / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
+    try:
+        (path / "function.pkl").write_bytes(cloudpickle.dumps(fn))
+    except Exception as exc:
+        shutil.rmtree(path.parent, ignore_errors=True)
+        raise SpecError(f"The function or its config cannot be shipped to the cluster "
+                        f"(cloudpickle: {exc}).") from exc
+    return path
+
+
+def _check_resources(nodes: list[dict[str, float]], spec: JobSpec) -> None:
+    """Raise SpecError when the cluster can never place ``spec``'s workers.
+
+    ``nodes`` holds each alive node's total resources. A worker needs its whole shape on
+    one node; busy-but-existing resources are fine (the job waits as PENDING).
+    """
+    need = {"CPU": spec.cpus_per_worker, "GPU": spec.gpus_per_worker}
+    need = {k: v for k, v in need.items() if v > 0}
+    shape = ", ".join(f"{v:g} {k}" for k, v in need.items())
+    fits = [min(math.floor(n.get(k, 0.0) / v + 1e-9) for k, v in need.items()) for n in nodes]
+    if not fits or max(fits) == 0:
+        largest = ", ".join(
+            f"{k} {max((n.get(k, 0.0) for n in nodes), default=0):g}" for k in need
+        )
+        raise SpecError(f"No node of the cluster has {shape} for one worker (the largest have "
+                        f"{largest}); ask for less per worker or use a cluster with such nodes.")
+    if sum(fits) < spec.workers:
+        raise SpecError(f"The cluster can hold at most {sum(fits)} workers of {shape}, but "
+                        f"{spec.workers} were asked for; use fewer workers or less per worker.")
+
+
+class JobManager:
+    """Submits and tracks jobs on one Ray cluster with one MLflow tracking server.
+
+    Parameters
+    ----------
+    address : str, optional
+        Ray dashboard (Jobs API) URL, ``http://host:8265``. None: the embedded local head.
+    tracking_uri : str, optional
+        MLflow tracking URI. None: the embedded local MLflow server.
+    storage : str, optional
+        Ray Train storage path for checkpoints. None: the embedded default.
+    """
+
+    def __init__(self, address: str | None = None, tracking_uri: str | None = None,
+                 storage: str | None = None):
+        self.local = address is None
+        self._services: Services | None = None
+        if address is None or tracking_uri is None:
+            self._services = ensure_services(ray=address is None, mlflow=tracking_uri is None)
+        self.address = address or self._services.dashboard_url
+        self.tracking_uri = tracking_uri or self._services.tracking_uri
+        self.storage = storage or (self._services.storage_path if self._services else None)
+        self._jobs_client = None
+        self._mlflow = tracking.client(self.tracking_uri)
+
+    # -- clients -----------------------------------------------------------------
+    @property
+    def jobs_client(self):
+        """The Ray ``JobSubmissionClient`` (token auth from ``RAY_AUTH_TOKEN_PATH``)."""
+        if self._jobs_client is None:
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                self._jobs_client = JobSubmissionClient(self.address)
+            except Exception as exc:
+                raise SpecError(f"Cannot reach the Ray cluster at {self.address}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        return self._jobs_client
+
+    def _node_resources(self) -> list[dict[str, float]]:
+        from ray.util.state import list_nodes
+
+        nodes = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")],
+                           detail=True, raise_on_missing_output=False)
+        return [dict(n.resources_total or {}) for n in nodes]
+
+    # -- submit ------------------------------------------------------------------
+    def submit(self, fn: Callable[[dict], Any], spec: JobSpec) -> Job:
+        """Validate, create the MLflow run, and submit ``fn`` as a detached Ray job.
+
+        Raises
+        ------
+        SpecError
+            Bad input, unreachable cluster or resources the cluster can never provide;
+            nothing is submitted and no run is created.
+        """
+        if not callable(fn):
+            raise SpecError(f"{spec.function_name!r} is not callable.")
+        spec.validate()
+        self.jobs_client  # noqa: B018 (reachability check before anything is created)
+        if spec.storage is None and not self.local and self.storage is None:
+            raise SpecError("A remote cluster needs --storage (a path all its nodes share).")
+        _check_resources(self._node_resources(), spec)
+
+        job_id = f"tf-{secrets.token_hex(4)}"
+        submission_id = f"{job_id}-0"
+        source = _function_source(fn)
+        sha = hashlib.sha256((source or repr(fn)).encode()).hexdigest()
+        storage = spec.storage or self.storage
+        meta = {
+            "job_id": job_id, "spec": spec.to_dict(), "config": spec.config,
+            "tracking_uri": self.tracking_uri, "storage_path": storage,
+        }
+        tags = {
+            TAG.JOB_ID: job_id, TAG.SUBMISSION: submission_id, TAG.DASHBOARD: self.address,
+            TAG.OWNER: spec.owner, TAG.SOURCE: spec.source, TAG.FUNCTION: spec.function_name,
+            TAG.FUNCTION_SHA: sha, TAG.STATE: "PENDING", TAG.REASON: "submitted",
+            TAG.WORKERS: str(spec.workers),
+            "mlflow.user": spec.owner, "mlflow.source.name": spec.source or spec.function_name,
+        }
+        payload = _payload_dir(job_id, {**meta, "run_id": ""}, fn)
+        try:
+            run = tracking.create_job_run(self._mlflow, spec.experiment, spec.run_name, tags,
+                                          spec.params())
+        except Exception as exc:
+            shutil.rmtree(payload.parent, ignore_errors=True)
+            raise SpecError(f"Cannot create the MLflow run at {self.tracking_uri}: {exc}") from exc
+        meta["run_id"] = run.info.run_id
+        (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
+        if source:
+            self._mlflow.log_text(run.info.run_id, source, "code/train_function.py")
+        try:
+            self.jobs_client.submit_job(
+                entrypoint=f"{self._python()} -m ray_backend.driver {payload.name}",
+                submission_id=submission_id,
+                runtime_env=self._runtime_env(spec, payload),
+                metadata={"trainfactory.job_id": job_id, "trainfactory.run_id": run.info.run_id,
+                          "trainfactory.owner": spec.owner},
+            )
+        except Exception as exc:
+            self._mlflow.set_tag(run.info.run_id, TAG.STATE, "FAILED")
+            self._mlflow.set_tag(run.info.run_id, TAG.ERROR, f"submission failed: {exc}"[:4000])
+            self._mlflow.set_terminated(run.info.run_id, "FAILED")
+            raise SpecError(f"Ray refused the job: {str(exc).splitlines()[0]}") from exc
+        return Job(job_id, run.info.run_id, self)
+
+    def _python(self) -> str:
+        return sys.executable if self.local else "python"
+
+    def _runtime_env(self, spec: JobSpec, payload: Path) -> dict[str, Any]:
+        import jupyter_trainfactory
+        import ray_backend
+
+        env_vars = {k: v for k, v in os.environ.items() if k.startswith("RAY_TRAIN_")}
+        env_vars.update(spec.env)
+        env_vars.setdefault("PYTHONUNBUFFERED", "1")
+        runtime_env: dict[str, Any] = {
+            "py_modules": [
+                str(Path(jupyter_trainfactory.__file__).parent),
+                str(Path(ray_backend.__file__).parent),
+                str(payload),
+            ],
+            "excludes": _PACKAGE_EXCLUDES,
+            "env_vars": env_vars,
+        }
+        runtime_env.update(spec.runtime_env_extras())
+        return runtime_env
+
+    # -- read --------------------------------------------------------------------
+    def _run(self, job_id: str):
+        if not JOB_ID_PATTERN.match(job_id or ""):
+            raise JobNotFound(f"{job_id!r} is not a job id (they look like tf-1a2b3c4d).")
+        run = tracking.find_job_run(self._mlflow, job_id)
+        if run is None:
+            raise JobNotFound(f"No job {job_id} is recorded at {self.tracking_uri}.")
+        return run
+
+    def _ray_status(self, run) -> tuple[str | None, str]:
+        """(Ray job status or None when Ray does not know it, Ray's message)."""
+        submission = run.data.tags.get(TAG.SUBMISSION, "")
+        address = run.data.tags.get(TAG.DASHBOARD, self.address)
+        if address != self.address:
+            return None, f"the job ran on another cluster ({address})"
+        try:
+            info = self.jobs_client.get_job_info(submission)
+        except SpecError:
+            raise
+        except Exception as exc:  # 404: the cluster does not know this submission
+            return None, str(exc).splitlines()[0] if str(exc) else ""
+        return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or ""
+
+    def info(self, job_id: str, reconcile: bool = True) -> JobInfo:
+        """The job's state (design table "Job states"), reconciling a run its driver left open."""
+        run = self._run(job_id)
+        return self._info(run, reconcile)
+
+    def _info(self, run, reconcile: bool = True) -> JobInfo:
+        tags = run.data.tags
+        run_status = run.info.status
+        ray_status, message = (None, "")
+        if run_status == "RUNNING":
+            ray_status, message = self._ray_status(run)
+        state = self._state(run_status, ray_status, tags)
+        if reconcile and run_status == "RUNNING" and (ray_status in _RAY_TO_RUN or ray_status is None):
+            if ray_status is None and tags.get(TAG.DASHBOARD, self.address) != self.address:
+                pass  # another cluster's job: only that cluster can say
+            else:
+                run = self._reconcile(run, ray_status, message)
+                tags, run_status = run.data.tags, run.info.status
+                state = self._state(run_status, None, tags)
+        return self._job_info(run, state)
+
+    @staticmethod
+    def _state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:
+        if run_status == "FINISHED":
+            return "SUCCEEDED"
+        if run_status == "FAILED":
+            return "FAILED"
+        if run_status == "KILLED":
+            return "STOPPED"
+        if ray_status == "PENDING":
+            return "PENDING"
+        if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return {"SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED", "STOPPED": "STOPPED"}[ray_status]
+        return tags.get(TAG.STATE, "PENDING")
+
+    def _reconcile(self, run, ray_status: str | None, message: str):
+        """Close a run whose driver is gone with the status matching its Ray job."""
+        from mlflow.entities import RunTag
+
+        run_id = run.info.run_id
+        if ray_status is None:
+            status, state = "FAILED", "FAILED"
+            error = f"The Ray cluster no longer knows this job ({message})."
+        else:
+            status = _RAY_TO_RUN[ray_status]
+            state = {"FINISHED": "SUCCEEDED", "FAILED": "FAILED", "KILLED": "STOPPED"}[status]
+            error = (message.strip().splitlines() or [""])[-1] if status == "FAILED" else ""
+            if status == "FAILED" and not error:
+                error = "The job's driver exited without closing its run."
+        tags = [RunTag(TAG.STATE, state)]
+        if error:
+            tags.append(RunTag(TAG.ERROR, error[:4000]))
+        if status == "KILLED":
+            tags.append(RunTag(TAG.REASON, run.data.tags.get(TAG.STOP, "") or "user"))
+        self._mlflow.log_batch(run_id, tags=tags)
+        self._mlflow.set_terminated(run_id, status=status)
+        return self._mlflow.get_run(run_id)
+
+    def _job_info(self, run, state: str) -> JobInfo:
+        tags = run.data.tags
+
+        def _int(value: str | None) -> int | None:
+            try:
+                return int(value) if value not in (None, "") else None
+            except ValueError:
+                return None
+
+        return JobInfo(
+            job_id=tags.get(TAG.JOB_ID, ""), name=run.info.run_name or "", state=state,
+            owner=tags.get(TAG.OWNER, ""), experiment_id=run.info.experiment_id,
+            run_id=run.info.run_id, run_status=run.info.status,
+            submission_id=tags.get(TAG.SUBMISSION, ""), step=_int(tags.get(TAG.STEP)),
+            started=run.info.start_time / 1000 if run.info.start_time else None,
+            ended=run.info.end_time / 1000 if run.info.end_time else None,
+            reason=tags.get(TAG.REASON, ""), error=tags.get(TAG.ERROR, ""),
+            checkpoint_path=tags.get(TAG.CKPT_PATH, ""),
+            checkpoint_step=_int(tags.get(TAG.CKPT_STEP)),
+            run_url=tracking.run_url(self.tracking_uri, run),
+        )
+
+    def list(self, all_users: bool = False, limit: int = 50) -> list[JobInfo]:
+        """Jobs newest first: the current user's, or everyone's with ``all_users``."""
+        runs = tracking.search_job_runs(self._mlflow, None if all_users else current_owner(),
+                                        max_results=limit)
+        return [self._info(run) for run in runs]
+
+    def logs(self, job_id: str, tail: int | None = None) -> str:
+        """The job driver's log (Ray's output included), the last ``tail`` lines if given."""
+        run = self._run(job_id)
+        try:
+            text = self.jobs_client.get_job_logs(run.data.tags[TAG.SUBMISSION])
+        except SpecError:
+            raise
+        except Exception as exc:
+            raise JobNotFound(f"Ray has no logs for job {job_id}: {str(exc).splitlines()[0]}") from exc
+        if tail:
+            text = "\n".join(text.splitlines()[-tail:])
+        return text
+
+    def stop(self, job_id: str, timeout: float = 60.0) -> JobInfo:
+        """Stop a job now; the job ends STOPPED and its run KILLED with reason ``user``."""
+        run = self._run(job_id)
+        if run.info.status != "RUNNING":
+            return self._info(run)
+        self._mlflow.set_tag(run.info.run_id, TAG.STOP, "user")
+        try:
+            self.jobs_client.stop_job(run.data.tags[TAG.SUBMISSION])
+        except SpecError:
+            raise
+        except Exception:  # already gone: reconciliation below closes the run
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ray_status, _ = self._ray_status(run)
+            if ray_status is None or ray_status in _RAY_TO_RUN:
+                break
+            time.sleep(0.5)
+        return self.info(job_id)
+
+    def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> str:
+        """Block until the job is SUCCEEDED, FAILED or STOPPED; return that state.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            state = self.info(job_id).state
+            if state in TERMINAL_STATES:
+                return state
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"Job {job_id} is still {state} after {timeout:g} s.")
+            time.sleep(poll_s)
+
+
+class Job:
+    """Handle on one job: ``job.id``, ``job.run_id``, ``job.tracking_uri`` and controls."""
+
+    def __init__(self, job_id: str, run_id: str, manager: JobManager):
+        self.id = job_id
+        self.run_id = run_id
+        self.manager = manager
+        self.tracking_uri = manager.tracking_uri
+        self._dashboard = None
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, run_id={self.run_id!r})"
+
+    def info(self) -> JobInfo:
+        return self.manager.info(self.id)
+
+    def status(self) -> str:
+        """Current state: PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or STOPPED."""
+        return self.manager.info(self.id).state
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the job ends; return its final state (``TimeoutError`` after ``timeout`` s)."""
+        return self.manager.wait(self.id, timeout)
+
+    def stop(self) -> str:
+        """Stop the job; returns its state afterwards (STOPPED unless it had already ended)."""
+        return self.manager.stop(self.id).state
+
+    def logs(self, tail: int | None = None) -> str:
+        return self.manager.logs(self.id, tail)
+
+    def dashboard(self, start: bool = True):
+        """The live dashboard widget of this job (created once, replaced on each call)."""
+        from .dashboard import JobDashboard
+
+        if self._dashboard is not None:
+            self._dashboard.close()
+        self._dashboard = JobDashboard(self, start=start)
+        return self._dashboard

@@ -1,0 +1,376 @@
+"""The embedded default: a local Ray head and a local MLflow server, started on demand.
+
+Both run as their own processes (new sessions), so a job outlives the kernel that
+launched it, and a second kernel or process reuses them. Everything they keep lives
+under one state directory (:func:`state_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import platformdirs
+import psutil
+
+__all__ = [
+    "ServiceError",
+    "ServiceProcess",
+    "Services",
+    "ensure_services",
+    "load_services",
+    "state_dir",
+    "stop_services",
+]
+
+STATE_ENV = "TRAINFACTORY_HOME"
+HOST = "127.0.0.1"
+#: Ray refuses Unix socket paths longer than 107 bytes (``sockaddr_un.sun_path``);
+#: its session directory adds about 70 bytes below ``--temp-dir``.
+_MAX_RAY_TEMP_DIR = 36
+_START_TIMEOUT_S = 120.0
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be started, reached or stopped."""
+
+
+@dataclass
+class ServiceProcess:
+    """One process this tool started: enough to find it again and to stop only it."""
+
+    name: str
+    pid: int
+    create_time: float  # psutil's process start time, s since the epoch
+    url: str
+    log: str
+
+    def alive(self) -> bool:
+        """Whether this very process (same pid *and* start time) still runs."""
+        try:
+            proc = psutil.Process(self.pid)
+            return (
+                abs(proc.create_time() - self.create_time) < 1e-3
+                and proc.status() != psutil.STATUS_ZOMBIE
+            )
+        except psutil.Error:
+            return False
+
+
+@dataclass
+class Services:
+    """Addresses of the embedded services.
+
+    Attributes
+    ----------
+    ray_address : str
+        GCS address ``127.0.0.1:PORT`` (for ``ray.init``).
+    dashboard_url : str
+        Ray dashboard and Jobs API, ``http://127.0.0.1:PORT``.
+    tracking_uri : str
+        MLflow tracking server, ``http://127.0.0.1:PORT``.
+    storage_path : str
+        Default Ray Train storage path for checkpoints.
+    token_path : str
+        This cluster's Ray auth token file (mode 0600).
+    """
+
+    home: str
+    ray_address: str = ""
+    dashboard_url: str = ""
+    tracking_uri: str = ""
+    storage_path: str = ""
+    token_path: str = ""
+    processes: dict[str, ServiceProcess] = field(default_factory=dict)
+
+    def client_env(self) -> dict[str, str]:
+        """Environment every Ray client of this cluster needs (token authentication)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": self.token_path}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Services:
+        data = json.loads(text)
+        procs = {k: ServiceProcess(**v) for k, v in data.pop("processes", {}).items()}
+        return cls(**data, processes=procs)
+
+
+def state_dir() -> Path:
+    """The state directory: ``$TRAINFACTORY_HOME`` or the platform's user data dir."""
+    env = os.environ.get(STATE_ENV)
+    path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir("jupyter_trainfactory"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def _state_file(home: Path) -> Path:
+    return home / "services.json"
+
+
+@contextlib.contextmanager
+def _locked(home: Path):
+    """Serialise start/stop across kernels and processes sharing one state directory."""
+    with open(home / "services.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _http_ok(url: str, token_path: str | None = None, timeout: float = 2.0) -> bool:
+    headers = {}
+    if token_path:
+        headers["Authorization"] = "Bearer " + Path(token_path).read_text().strip()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:  # noqa: S310 (loopback)
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _ray_temp_dir(home: Path) -> Path:
+    """A short Ray ``--temp-dir``: inside the state dir when short enough, else under /tmp."""
+    candidate = home / "ray"
+    if len(str(candidate)) > _MAX_RAY_TEMP_DIR:
+        digest = hashlib.sha256(str(home).encode()).hexdigest()[:8]
+        candidate = Path("/tmp") / f"tf-ray-{digest}"
+    candidate.mkdir(parents=True, exist_ok=True)
+    return candidate
+
+
+def _write_token(home: Path) -> Path:
+    path = home / "ray_auth_token"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    os.chmod(path, 0o600)
+    return path
+
+
+def _tool(name: str) -> str:
+    """A console script of the running interpreter's environment (``ray``, ``mlflow``)."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else name
+
+
+def _log_tail(path: str, lines: int = 15) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], log: Path, url: str) -> ServiceProcess:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(  # noqa: S603
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True, close_fds=True,
+        )
+    return ServiceProcess(name, proc.pid, psutil.Process(proc.pid).create_time(), url, str(log))
+
+
+def _start_ray(home: Path, token: Path) -> tuple[ServiceProcess, str, str]:
+    gcs_port, dash_port = _free_port(), _free_port()
+    ports = {
+        "--ray-client-server-port": _free_port(),
+        "--dashboard-agent-listen-port": _free_port(),
+        "--dashboard-agent-grpc-port": _free_port(),
+        "--runtime-env-agent-port": _free_port(),
+        "--metrics-export-port": _free_port(),
+    }
+    argv = [
+        _tool("ray"), "start", "--head", "--block", "--disable-usage-stats",
+        f"--node-ip-address={HOST}", f"--port={gcs_port}",
+        "--dashboard-host", HOST, f"--dashboard-port={dash_port}", "--include-dashboard=true",
+        f"--temp-dir={_ray_temp_dir(home)}",
+    ]
+    argv += [f"{k}={v}" for k, v in ports.items()]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    dashboard = f"http://{HOST}:{dash_port}"
+    proc = _spawn("ray", argv, env, home / "ray-head.log", dashboard)
+    return proc, f"{HOST}:{gcs_port}", dashboard
+
+
+def _prepare_sqlite(db: Path) -> None:
+    """Create the MLflow database in WAL mode (persistent in the file) so readers never block the writer."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+
+
+def _start_mlflow(home: Path) -> ServiceProcess:
+    root = home / "mlflow"
+    (root / "artifacts").mkdir(parents=True, exist_ok=True)
+    db = root / "mlflow.db"
+    _prepare_sqlite(db)
+    port = _free_port()
+    argv = [
+        _tool("mlflow"), "server", "--host", HOST, "--port", str(port), "--workers", "1",
+        "--backend-store-uri", f"sqlite:///{db}",
+        "--artifacts-destination", str(root / "artifacts"),
+    ]
+    env = {**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"}
+    return _spawn("mlflow", argv, env, home / "mlflow-server.log", f"http://{HOST}:{port}")
+
+
+def _wait_ready(proc: ServiceProcess, probe: str, deadline: float, token: str | None) -> None:
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            raise ServiceError(
+                f"The {proc.name} service exited during start; its log {proc.log} ends with:\n"
+                + _log_tail(proc.log)
+            )
+        if _http_ok(probe, token):
+            return
+        time.sleep(0.5)
+    raise ServiceError(f"The {proc.name} service did not answer at {probe} within "
+                       f"{_START_TIMEOUT_S:.0f} s; see {proc.log}.")
+
+
+def load_services(home: Path | None = None) -> Services | None:
+    """The recorded services of a state directory, or None. Does not check that they run."""
+    home = home or state_dir()
+    try:
+        return Services.from_json(_state_file(home).read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _export(services: Services) -> None:
+    os.environ.update(services.client_env())
+
+
+def ensure_services(ray: bool = True, mlflow: bool = True) -> Services:
+    """Start, or reuse, the local Ray head and MLflow server.
+
+    Parameters
+    ----------
+    ray, mlflow : bool
+        Which of the two services are needed.
+
+    Returns
+    -------
+    Services
+        Addresses of running services. The Ray token variables are also exported to
+        ``os.environ`` so that every Ray client of this process authenticates.
+
+    Raises
+    ------
+    ServiceError
+        When a service exits during start or does not answer within 120 s.
+    """
+    home = state_dir()
+    with _locked(home):
+        services = load_services(home) or Services(home=str(home))
+        services.home = str(home)
+        services.storage_path = str(home / "storage")
+        Path(services.storage_path).mkdir(exist_ok=True)
+        started: list[tuple[ServiceProcess, str]] = []
+        current = services.processes
+        if ray and not (current.get("ray") and current["ray"].alive()):
+            token = _write_token(home)
+            proc, gcs, dashboard = _start_ray(home, token)
+            services.ray_address, services.dashboard_url = gcs, dashboard
+            services.token_path = str(token)
+            current["ray"] = proc
+            started.append((proc, f"{dashboard}/api/version"))
+        if mlflow and not (current.get("mlflow") and current["mlflow"].alive()):
+            proc = _start_mlflow(home)
+            services.tracking_uri = proc.url
+            current["mlflow"] = proc
+            started.append((proc, f"{proc.url}/health"))
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        try:
+            for proc, probe in started:
+                _wait_ready(proc, probe, deadline, services.token_path if proc.name == "ray" else None)
+        except ServiceError:
+            for proc, _ in started:
+                _terminate(proc)
+                current.pop(proc.name, None)
+            _state_file(home).write_text(services.to_json())
+            raise
+        _state_file(home).write_text(services.to_json())
+    _export(services)
+    return services
+
+
+def _terminate(proc: ServiceProcess, timeout: float = 30.0) -> bool:
+    """SIGTERM this process (checked by pid and start time), SIGKILL after ``timeout`` s."""
+    if not proc.alive():
+        return False
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        psutil.Process(proc.pid).wait(timeout)
+    except psutil.TimeoutExpired:
+        if proc.alive():
+            os.kill(proc.pid, signal.SIGKILL)
+    except psutil.NoSuchProcess:
+        pass
+    return True
+
+
+def stop_services(names: tuple[str, ...] = ("ray", "mlflow")) -> list[str]:
+    """Stop the services this tool started (only those, by pid and start time).
+
+    Returns the names of the services that were running and are now stopped.
+    """
+    home = state_dir()
+    stopped: list[str] = []
+    with _locked(home):
+        services = load_services(home)
+        if services is None:
+            return stopped
+        for name in names:
+            proc = services.processes.pop(name, None)
+            if proc and _terminate(proc):
+                stopped.append(name)
+        _state_file(home).write_text(services.to_json())
+    return stopped
+
+
+def describe(services: Services | None = None) -> list[dict[str, str]]:
+    """Rows for ``%train services``: name, state, pid, address and UI URL of each service."""
+    services = services if services is not None else load_services()
+    rows = []
+    for name, title in (("ray", "Ray head"), ("mlflow", "MLflow server")):
+        proc = services.processes.get(name) if services else None
+        running = bool(proc and proc.alive())
+        address = ""
+        if services and name == "ray":
+            address = services.ray_address
+        elif services:
+            address = services.tracking_uri
+        rows.append({
+            "service": title,
+            "state": "running" if running else "stopped",
+            "pid": str(proc.pid) if running else "-",
+            "address": address if running else "-",
+            "ui": (proc.url if running else "-"),
+            "log": proc.log if proc else "-",
+        })
+    return rows

@@ -1,0 +1,176 @@
+"""JobSpec: the one validated description of a training job, shared by every door."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JobSpec", "SpecError", "current_owner", "flatten", "parse_env"]
+
+DEFAULT_EXPERIMENT = "trainfactory"
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SpecError(ValueError):
+    """Bad input for a job; the message is one sentence that says what to do instead."""
+
+
+def current_owner() -> str:
+    """The JupyterHub user when running under JupyterHub, else the OS user."""
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+def parse_env(items: list[str] | dict[str, str] | None) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` (or a dict) -> ``{"KEY": "VALUE"}``; raises SpecError on bad items."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        pairs = list(items.items())
+    else:
+        pairs = []
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise SpecError(f"--env takes KEY=VALUE, got {item!r}.")
+            pairs.append((key, value))
+    for key, _ in pairs:
+        if not _ENV_KEY.match(key):
+            raise SpecError(f"{key!r} is not a valid environment variable name.")
+    return {k: str(v) for k, v in pairs}
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, str]:
+    """Flatten nested dicts/lists into ``{"a.b": "value"}`` strings for MLflow params."""
+    out: dict[str, str] = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(value, (list, tuple)) and len(value) <= 16 and prefix:
+        for i, item in enumerate(value):
+            out.update(flatten(item, f"{prefix}.{i}"))
+    else:
+        out[prefix or "value"] = repr(value) if not isinstance(value, str) else value
+    return out
+
+
+def _check_number(name: str, value: Any, minimum: float, integer: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise SpecError(f"{name} must be a number, got {value!r}.")
+    if integer and int(value) != value:
+        raise SpecError(f"{name} must be a whole number, got {value!r}.")
+    if value < minimum:
+        raise SpecError(f"{name} must be at least {minimum:g}, got {value!r}.")
+
+
+@dataclass
+class JobSpec:
+    """A training job: what to run, on how many workers, and where to record it.
+
+    Attributes
+    ----------
+    function_name : str
+        Name of the training function (``def train(config): ...``).
+    workers : int
+        Number of Ray Train workers (ranks), >= 1.
+    cpus_per_worker, gpus_per_worker : float
+        Resources each worker reserves (Ray ``CPU`` and ``GPU`` units).
+    max_failures : int
+        Worker-failure restarts Ray Train may make (-1: unlimited), mapped to ``FailureConfig``.
+    config : dict
+        Passed to the training function as its one argument; must be cloudpickle-able.
+    experiment, run_name : str
+        MLflow experiment and run name (run name defaults to the function name).
+    working_dir, pip, env :
+        The job's Ray runtime environment (``working_dir``, ``pip``, ``env_vars``).
+    address, tracking_uri, storage : str or None
+        Ray dashboard/Jobs API address, MLflow tracking URI and Ray Train storage path;
+        None means the embedded local default.
+    source : str
+        Notebook or script path the job was launched from ("" when unknown).
+    """
+
+    function_name: str
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    max_failures: int = 0
+    config: dict[str, Any] = field(default_factory=dict)
+    experiment: str = DEFAULT_EXPERIMENT
+    run_name: str = ""
+    working_dir: str | None = None
+    pip: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    address: str | None = None
+    tracking_uri: str | None = None
+    storage: str | None = None
+    source: str = ""
+    owner: str = field(default_factory=current_owner)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field; raise :class:`SpecError` with one sentence on the first problem."""
+        if not self.function_name or not self.function_name.isidentifier():
+            raise SpecError(f"{self.function_name!r} is not a function name.")
+        _check_number("workers", self.workers, 1, integer=True)
+        self.workers = int(self.workers)
+        _check_number("cpus_per_worker", self.cpus_per_worker, 0)
+        _check_number("gpus_per_worker", self.gpus_per_worker, 0)
+        if self.cpus_per_worker == 0 and self.gpus_per_worker == 0:
+            raise SpecError("A worker needs some CPU or GPU; set cpus_per_worker or gpus_per_worker above 0.")
+        _check_number("max_failures", self.max_failures, -1, integer=True)
+        self.max_failures = int(self.max_failures)
+        if self.config is None:
+            self.config = {}
+        if not isinstance(self.config, dict):
+            raise SpecError(f"config must be a dict, got {type(self.config).__name__}.")
+        if not self.experiment or not self.experiment.strip():
+            raise SpecError("The experiment name must not be empty.")
+        self.run_name = self.run_name or self.function_name
+        if self.working_dir is not None:
+            path = Path(self.working_dir).expanduser()
+            if not path.is_dir():
+                raise SpecError(f"The working directory {self.working_dir!r} does not exist.")
+            self.working_dir = str(path.resolve())
+        if isinstance(self.pip, str):
+            self.pip = [self.pip]
+        self.pip = [str(p) for p in (self.pip or [])]
+        self.env = parse_env(self.env)
+
+    def runtime_env_extras(self) -> dict[str, Any]:
+        """The user's part of the Ray runtime environment."""
+        extras: dict[str, Any] = {}
+        if self.working_dir:
+            extras["working_dir"] = self.working_dir
+        if self.pip:
+            extras["pip"] = list(self.pip)
+        return extras
+
+    def params(self) -> dict[str, str]:
+        """MLflow params, logged once: resources, failure budget and config values flattened."""
+        params = {
+            "workers": str(self.workers),
+            "cpus_per_worker": f"{self.cpus_per_worker:g}",
+            "gpus_per_worker": f"{self.gpus_per_worker:g}",
+            "max_failures": str(self.max_failures),
+            "function": self.function_name,
+        }
+        if self.working_dir:
+            params["working_dir"] = self.working_dir
+        if self.pip:
+            params["pip"] = " ".join(self.pip)[:6000]
+        params.update({f"config.{k}": v[:6000] for k, v in flatten(self.config).items()})
+        return params
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (config values that are not JSON are given as their repr)."""
+        data = asdict(self)
+        data["config"] = json.loads(json.dumps(self.config, default=repr))
+        return data

@@ -1,0 +1,173 @@
+"""MLflow: tag names, key hygiene, run creation and reading runs back."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MetricPoint",
+    "TAG",
+    "client",
+    "create_job_run",
+    "experiment_id",
+    "find_job_run",
+    "latest_points",
+    "metric_history",
+    "numeric_items",
+    "run_url",
+    "sanitize_key",
+    "search_job_runs",
+]
+
+
+class TAG:
+    """Run tags this tool writes (all under the ``trainfactory.`` prefix)."""
+
+    JOB_ID = "trainfactory.job_id"
+    SUBMISSION = "trainfactory.ray_submission_id"
+    DASHBOARD = "trainfactory.ray_dashboard"
+    OWNER = "trainfactory.owner"
+    SOURCE = "trainfactory.source"
+    FUNCTION = "trainfactory.function"
+    FUNCTION_SHA = "trainfactory.function_sha256"
+    STATE = "trainfactory.state"
+    REASON = "trainfactory.reason"
+    ERROR = "trainfactory.error"
+    STOP = "trainfactory.stop_requested"
+    STEP = "trainfactory.step"
+    CKPT_PATH = "trainfactory.checkpoint.path"
+    CKPT_STEP = "trainfactory.checkpoint.step"
+    CKPT_TIME = "trainfactory.checkpoint.time"
+    STARTED = "trainfactory.started"
+    WORKERS = "trainfactory.workers"
+
+
+_BAD_KEY_CHARS = re.compile(r"[^\w\-. /:]")
+
+
+def sanitize_key(key: str) -> str:
+    """MLflow accepts letters, digits, ``_ - . / :`` and space in keys; other characters become ``_``."""
+    key = _BAD_KEY_CHARS.sub("_", str(key)).strip("/ ")
+    return key[:250] or "_"
+
+
+def numeric_items(values: dict[str, Any]) -> dict[str, float]:
+    """The finite numeric entries of a metrics dict (bools as 0/1), keys sanitized."""
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+            try:
+                value = value.item()
+            except (TypeError, ValueError, RuntimeError):
+                continue
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[sanitize_key(key)] = float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One metric value: ``key``, ``value``, ``step`` and ``timestamp`` (ms since the epoch)."""
+
+    key: str
+    value: float
+    step: int
+    timestamp: int
+
+
+def client(tracking_uri: str):
+    """An ``MlflowClient`` for ``tracking_uri`` (imported lazily: workers need no MLflow)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_id(mlflow_client, name: str) -> str:
+    """Id of experiment ``name``, created when missing."""
+    exp = mlflow_client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return mlflow_client.create_experiment(name)
+    except Exception:  # created concurrently by another process
+        exp = mlflow_client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def create_job_run(mlflow_client, experiment: str, run_name: str, tags: dict[str, str],
+                   params: dict[str, str]):
+    """Create the job's run with its tags and params (logged once, here). Returns the Run."""
+    from mlflow.entities import Param, RunTag
+
+    exp_id = experiment_id(mlflow_client, experiment)
+    run = mlflow_client.create_run(exp_id, run_name=run_name, tags=tags)
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), 100):
+        mlflow_client.log_batch(run.info.run_id, params=items[i:i + 100])
+    mlflow_client.log_batch(run.info.run_id, tags=[RunTag(TAG.STARTED, str(time.time()))])
+    return mlflow_client.get_run(run.info.run_id)
+
+
+def latest_points(run) -> list[MetricPoint]:
+    """The latest value of every metric of ``run``, with its step (one ``get_run``)."""
+    return [
+        MetricPoint(m.key, m.value, int(m.step), int(m.timestamp))
+        for m in run.data.to_proto().metrics
+    ]
+
+
+def metric_history(mlflow_client, run_id: str, key: str, max_points: int | None = None) -> list[MetricPoint]:
+    """Full history of one metric sorted by step, evenly downsampled to ``max_points``."""
+    points = sorted(
+        (MetricPoint(m.key, m.value, int(m.step), int(m.timestamp))
+         for m in mlflow_client.get_metric_history(run_id, key)),
+        key=lambda p: (p.step, p.timestamp),
+    )
+    if max_points and len(points) > max_points:
+        stride = len(points) / max_points
+        points = [points[int(i * stride)] for i in range(max_points - 1)] + [points[-1]]
+    return points
+
+
+def _all_experiment_ids(mlflow_client) -> list[str]:
+    from mlflow.entities import ViewType
+
+    return [e.experiment_id for e in mlflow_client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+
+
+def find_job_run(mlflow_client, job_id: str):
+    """The run of job ``job_id`` in any experiment, or None."""
+    ids = _all_experiment_ids(mlflow_client)
+    if not ids:
+        return None
+    runs = mlflow_client.search_runs(ids, filter_string=f"tags.`{TAG.JOB_ID}` = '{job_id}'",
+                                     max_results=1)
+    return runs[0] if runs else None
+
+
+def search_job_runs(mlflow_client, owner: str | None = None, max_results: int = 200) -> list:
+    """Runs of trainfactory jobs, newest first; only ``owner``'s when given."""
+    ids = _all_experiment_ids(mlflow_client)
+    if not ids:
+        return []
+    filt = f"tags.`{TAG.JOB_ID}` LIKE 'tf-%'"
+    if owner:
+        filt += f" AND tags.`{TAG.OWNER}` = '{owner.replace(chr(39), '')}'"
+    return mlflow_client.search_runs(ids, filter_string=filt, max_results=max_results,
+                                     order_by=["attributes.start_time DESC"])
+
+
+def run_url(tracking_uri: str, run) -> str:
+    """Link to the run in the MLflow UI ("" for non-HTTP tracking URIs)."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return ""
+    base = tracking_uri.rstrip("/")
+    return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"

@@ -1,0 +1,134 @@
+"""Job entrypoint: ``python -m ray_backend.driver PAYLOAD_MODULE``.
+
+Loads the shipped job (spec + cloudpickled function), starts the job's RunRecorder and
+NodeSamplers, builds a ``TorchTrainer`` and runs it, then closes the MLflow run with
+the matching status. Exit code 0 on success, 1 on a training failure, 130 when stopped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_payload", "main"]
+
+
+class _Stopped(BaseException):
+    """Raised in the driver's main thread when Ray stops the job (SIGTERM/SIGINT)."""
+
+
+def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
+    """The job's metadata (spec, ids, URIs) and its training function."""
+    import cloudpickle
+
+    base = Path(importlib.import_module(module_name).__file__).parent
+    meta = json.loads((base / "job.json").read_text())
+    fn = cloudpickle.loads((base / "function.pkl").read_bytes())
+    return meta, fn
+
+
+def _resources_text(spec: dict[str, Any]) -> str:
+    parts = [f"{spec['cpus_per_worker']:g} CPU"]
+    if spec["gpus_per_worker"]:
+        parts.append(f"{spec['gpus_per_worker']:g} GPU")
+    return f"{spec['workers']} workers x ({', '.join(parts)})"
+
+
+def _start_samplers(ray, recorder) -> list[Any]:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ray_backend.sampler import NodeSampler
+
+    actor = ray.remote(NodeSampler)
+    samplers = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        samplers.append(actor.options(num_cpus=0, scheduling_strategy=strategy)
+                        .remote(recorder, node["NodeManagerAddress"]))
+    return samplers
+
+
+def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
+    """The ``TorchTrainer`` for this job (gloo on CPU, NCCL on GPU, chosen by Ray)."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from ray_backend.callbacks import RecorderCallback
+    from ray_backend.session import instrument
+
+    spec = meta["spec"]
+    resources = {"CPU": float(spec["cpus_per_worker"])}
+    if spec["gpus_per_worker"]:
+        resources["GPU"] = float(spec["gpus_per_worker"])
+    return TorchTrainer(
+        instrument(fn, meta["job_id"]),
+        train_loop_config=meta["config"],
+        scaling_config=ScalingConfig(
+            num_workers=spec["workers"], use_gpu=bool(spec["gpus_per_worker"]),
+            resources_per_worker=resources,
+        ),
+        run_config=RunConfig(
+            name=meta["job_id"],
+            storage_path=meta["storage_path"],
+            failure_config=FailureConfig(max_failures=spec["max_failures"]),
+            callbacks=[RecorderCallback(recorder)],
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    meta, fn = load_payload(argv[0])
+
+    import ray
+
+    from ray_backend.callbacks import last_line
+    from ray_backend.recorder import RunRecorder
+    from ray_backend.session import RECORDER_NAMESPACE, recorder_name
+
+    def _on_signal(signum, frame):
+        raise _Stopped(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    ray.init(logging_level=logging.WARNING, log_to_driver=True)
+    recorder = (
+        ray.remote(RunRecorder)
+        .options(name=recorder_name(meta["job_id"]), namespace=RECORDER_NAMESPACE,
+                 num_cpus=0, lifetime=None)
+        .remote(meta["tracking_uri"], meta["run_id"])
+    )
+    ray.get(recorder.ping.remote())
+    recorder.set_state.remote("PENDING", f"waiting for resources: {_resources_text(meta['spec'])}")
+    samplers = _start_samplers(ray, recorder)
+    started = time.time()
+    try:
+        result = build_trainer(meta, fn, recorder).fit()
+        error = getattr(result, "error", None)
+        if error is not None:
+            raise error
+    except _Stopped:
+        print("trainfactory: job stopped", flush=True)
+        ray.get(recorder.finish.remote("KILLED", "STOPPED", reason="user"), timeout=10)
+        return 130
+    except Exception as exc:
+        logging.getLogger("trainfactory").exception("training failed")
+        ray.get(recorder.finish.remote("FAILED", "FAILED", error=last_line(exc)), timeout=30)
+        return 1
+    finally:
+        for sampler in samplers:
+            sampler.stop.remote()
+    print(f"trainfactory: training finished in {time.time() - started:.1f} s", flush=True)
+    ray.get(recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
