@@ -26,7 +26,16 @@ from .services import Services, ensure_services, state_dir
 from .spec import JobSpec, SpecError, current_owner
 from .tracking import TAG
 
-__all__ = ["JOB_ID_PATTERN", "TERMINAL_STATES", "Job", "JobInfo", "JobManager", "JobNotFound"]
+__all__ = [
+    "JOB_ID_PATTERN",
+    "TERMINAL_STATES",
+    "Job",
+    "JobInfo",
+    "JobManager",
+    "JobNotFound",
+    "job_info",
+    "job_state",
+]
 
 JOB_ID_PATTERN = re.compile(r"^tf-[0-9a-f]{8}$")
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -63,7 +72,10 @@ class JobInfo:
         """Printable fields for tables."""
         elapsed = ((self.ended or time.time()) - self.started) if self.started else None
         return {
-            "job": self.job_id, "name": self.name, "state": self.state, "owner": self.owner,
+            "job": self.job_id,
+            "name": self.name,
+            "state": self.state,
+            "owner": self.owner,
             "step": "-" if self.step is None else str(self.step),
             "elapsed": "-" if elapsed is None else f"{elapsed:.0f} s",
             "checkpoint": "-" if self.checkpoint_step is None else f"step {self.checkpoint_step}",
@@ -91,8 +103,9 @@ def _payload_dir(job_id: str, meta: dict[str, Any], fn: Callable) -> Path:
         (path / "function.pkl").write_bytes(cloudpickle.dumps(fn))
     except Exception as exc:
         shutil.rmtree(path.parent, ignore_errors=True)
-        raise SpecError(f"The function or its config cannot be shipped to the cluster "
-                        f"(cloudpickle: {exc}).") from exc
+        raise SpecError(
+            f"The function or its config cannot be shipped to the cluster (cloudpickle: {exc})."
+        ) from exc
     return path
 
 
@@ -107,14 +120,61 @@ def _check_resources(nodes: list[dict[str, float]], spec: JobSpec) -> None:
     shape = ", ".join(f"{v:g} {k}" for k, v in need.items())
     fits = [min(math.floor(n.get(k, 0.0) / v + 1e-9) for k, v in need.items()) for n in nodes]
     if not fits or max(fits) == 0:
-        largest = ", ".join(
-            f"{k} {max((n.get(k, 0.0) for n in nodes), default=0):g}" for k in need
+        largest = ", ".join(f"{k} {max((n.get(k, 0.0) for n in nodes), default=0):g}" for k in need)
+        raise SpecError(
+            f"No node of the cluster has {shape} for one worker (the largest have "
+            f"{largest}); ask for less per worker or use a cluster with such nodes."
         )
-        raise SpecError(f"No node of the cluster has {shape} for one worker (the largest have "
-                        f"{largest}); ask for less per worker or use a cluster with such nodes.")
     if sum(fits) < spec.workers:
-        raise SpecError(f"The cluster can hold at most {sum(fits)} workers of {shape}, but "
-                        f"{spec.workers} were asked for; use fewer workers or less per worker.")
+        raise SpecError(
+            f"The cluster can hold at most {sum(fits)} workers of {shape}, but "
+            f"{spec.workers} were asked for; use fewer workers or less per worker."
+        )
+
+
+def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:
+    """The state shown to users (design: "Job states") from the run status and Ray's status."""
+    if run_status == "FINISHED":
+        return "SUCCEEDED"
+    if run_status == "FAILED":
+        return "FAILED"
+    if run_status == "KILLED":
+        return "STOPPED"
+    if ray_status == "PENDING":
+        return "PENDING"
+    if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
+        return {"SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED", "STOPPED": "STOPPED"}[ray_status]
+    return tags.get(TAG.STATE, "PENDING")
+
+
+def job_info(run, state: str, tracking_uri: str) -> JobInfo:
+    """A :class:`JobInfo` from the job's MLflow run and its state."""
+    tags = run.data.tags
+
+    def _int(value: str | None) -> int | None:
+        try:
+            return int(value) if value not in (None, "") else None
+        except ValueError:
+            return None
+
+    return JobInfo(
+        job_id=tags.get(TAG.JOB_ID, ""),
+        name=run.info.run_name or "",
+        state=state,
+        owner=tags.get(TAG.OWNER, ""),
+        experiment_id=run.info.experiment_id,
+        run_id=run.info.run_id,
+        run_status=run.info.status,
+        submission_id=tags.get(TAG.SUBMISSION, ""),
+        step=_int(tags.get(TAG.STEP)),
+        started=run.info.start_time / 1000 if run.info.start_time else None,
+        ended=run.info.end_time / 1000 if run.info.end_time else None,
+        reason=tags.get(TAG.REASON, ""),
+        error=tags.get(TAG.ERROR, ""),
+        checkpoint_path=tags.get(TAG.CKPT_PATH, ""),
+        checkpoint_step=_int(tags.get(TAG.CKPT_STEP)),
+        run_url=tracking.run_url(tracking_uri, run),
+    )
 
 
 class JobManager:
@@ -130,8 +190,12 @@ class JobManager:
         Ray Train storage path for checkpoints. None: the embedded default.
     """
 
-    def __init__(self, address: str | None = None, tracking_uri: str | None = None,
-                 storage: str | None = None):
+    def __init__(
+        self,
+        address: str | None = None,
+        tracking_uri: str | None = None,
+        storage: str | None = None,
+    ):
         self.local = address is None
         self._services: Services | None = None
         if address is None or tracking_uri is None:
@@ -152,15 +216,21 @@ class JobManager:
             try:
                 self._jobs_client = JobSubmissionClient(self.address)
             except Exception as exc:
-                raise SpecError(f"Cannot reach the Ray cluster at {self.address}: "
-                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+                raise SpecError(
+                    f"Cannot reach the Ray cluster at {self.address}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                ) from exc
         return self._jobs_client
 
     def _node_resources(self) -> list[dict[str, float]]:
         from ray.util.state import list_nodes
 
-        nodes = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")],
-                           detail=True, raise_on_missing_output=False)
+        nodes = list_nodes(
+            address=self.address,
+            filters=[("state", "=", "ALIVE")],
+            detail=True,
+            raise_on_missing_output=False,
+        )
         return [dict(n.resources_total or {}) for n in nodes]
 
     # -- submit ------------------------------------------------------------------
@@ -187,20 +257,31 @@ class JobManager:
         sha = hashlib.sha256((source or repr(fn)).encode()).hexdigest()
         storage = spec.storage or self.storage
         meta = {
-            "job_id": job_id, "spec": spec.to_dict(), "config": spec.config,
-            "tracking_uri": self.tracking_uri, "storage_path": storage,
+            "job_id": job_id,
+            "spec": spec.to_dict(),
+            "config": spec.config,
+            "tracking_uri": self.tracking_uri,
+            "storage_path": storage,
         }
         tags = {
-            TAG.JOB_ID: job_id, TAG.SUBMISSION: submission_id, TAG.DASHBOARD: self.address,
-            TAG.OWNER: spec.owner, TAG.SOURCE: spec.source, TAG.FUNCTION: spec.function_name,
-            TAG.FUNCTION_SHA: sha, TAG.STATE: "PENDING", TAG.REASON: "submitted",
+            TAG.JOB_ID: job_id,
+            TAG.SUBMISSION: submission_id,
+            TAG.DASHBOARD: self.address,
+            TAG.OWNER: spec.owner,
+            TAG.SOURCE: spec.source,
+            TAG.FUNCTION: spec.function_name,
+            TAG.FUNCTION_SHA: sha,
+            TAG.STATE: "PENDING",
+            TAG.REASON: "submitted",
             TAG.WORKERS: str(spec.workers),
-            "mlflow.user": spec.owner, "mlflow.source.name": spec.source or spec.function_name,
+            "mlflow.user": spec.owner,
+            "mlflow.source.name": spec.source or spec.function_name,
         }
         payload = _payload_dir(job_id, {**meta, "run_id": ""}, fn)
         try:
-            run = tracking.create_job_run(self._mlflow, spec.experiment, spec.run_name, tags,
-                                          spec.params())
+            run = tracking.create_job_run(
+                self._mlflow, spec.experiment, spec.run_name, tags, spec.params()
+            )
         except Exception as exc:
             shutil.rmtree(payload.parent, ignore_errors=True)
             raise SpecError(f"Cannot create the MLflow run at {self.tracking_uri}: {exc}") from exc
@@ -213,8 +294,11 @@ class JobManager:
                 entrypoint=f"{self._python()} -m ray_backend.driver {payload.name}",
                 submission_id=submission_id,
                 runtime_env=self._runtime_env(spec, payload),
-                metadata={"trainfactory.job_id": job_id, "trainfactory.run_id": run.info.run_id,
-                          "trainfactory.owner": spec.owner},
+                metadata={
+                    "trainfactory.job_id": job_id,
+                    "trainfactory.run_id": run.info.run_id,
+                    "trainfactory.owner": spec.owner,
+                },
             )
         except Exception as exc:
             self._mlflow.set_tag(run.info.run_id, TAG.STATE, "FAILED")
@@ -266,7 +350,9 @@ class JobManager:
             raise
         except Exception as exc:  # 404: the cluster does not know this submission
             return None, str(exc).splitlines()[0] if str(exc) else ""
-        return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or ""
+        return str(
+            info.status.value if hasattr(info.status, "value") else info.status
+        ), info.message or ""
 
     def info(self, job_id: str, reconcile: bool = True) -> JobInfo:
         """The job's state (design table "Job states"), reconciling a run its driver left open."""
@@ -279,29 +365,19 @@ class JobManager:
         ray_status, message = (None, "")
         if run_status == "RUNNING":
             ray_status, message = self._ray_status(run)
-        state = self._state(run_status, ray_status, tags)
-        if reconcile and run_status == "RUNNING" and (ray_status in _RAY_TO_RUN or ray_status is None):
+        state = job_state(run_status, ray_status, tags)
+        if (
+            reconcile
+            and run_status == "RUNNING"
+            and (ray_status in _RAY_TO_RUN or ray_status is None)
+        ):
             if ray_status is None and tags.get(TAG.DASHBOARD, self.address) != self.address:
                 pass  # another cluster's job: only that cluster can say
             else:
                 run = self._reconcile(run, ray_status, message)
                 tags, run_status = run.data.tags, run.info.status
-                state = self._state(run_status, None, tags)
-        return self._job_info(run, state)
-
-    @staticmethod
-    def _state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:
-        if run_status == "FINISHED":
-            return "SUCCEEDED"
-        if run_status == "FAILED":
-            return "FAILED"
-        if run_status == "KILLED":
-            return "STOPPED"
-        if ray_status == "PENDING":
-            return "PENDING"
-        if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return {"SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED", "STOPPED": "STOPPED"}[ray_status]
-        return tags.get(TAG.STATE, "PENDING")
+                state = job_state(run_status, None, tags)
+        return job_info(run, state, self.tracking_uri)
 
     def _reconcile(self, run, ray_status: str | None, message: str):
         """Close a run whose driver is gone with the status matching its Ray job."""
@@ -326,32 +402,11 @@ class JobManager:
         self._mlflow.set_terminated(run_id, status=status)
         return self._mlflow.get_run(run_id)
 
-    def _job_info(self, run, state: str) -> JobInfo:
-        tags = run.data.tags
-
-        def _int(value: str | None) -> int | None:
-            try:
-                return int(value) if value not in (None, "") else None
-            except ValueError:
-                return None
-
-        return JobInfo(
-            job_id=tags.get(TAG.JOB_ID, ""), name=run.info.run_name or "", state=state,
-            owner=tags.get(TAG.OWNER, ""), experiment_id=run.info.experiment_id,
-            run_id=run.info.run_id, run_status=run.info.status,
-            submission_id=tags.get(TAG.SUBMISSION, ""), step=_int(tags.get(TAG.STEP)),
-            started=run.info.start_time / 1000 if run.info.start_time else None,
-            ended=run.info.end_time / 1000 if run.info.end_time else None,
-            reason=tags.get(TAG.REASON, ""), error=tags.get(TAG.ERROR, ""),
-            checkpoint_path=tags.get(TAG.CKPT_PATH, ""),
-            checkpoint_step=_int(tags.get(TAG.CKPT_STEP)),
-            run_url=tracking.run_url(self.tracking_uri, run),
-        )
-
     def list(self, all_users: bool = False, limit: int = 50) -> list[JobInfo]:
         """Jobs newest first: the current user's, or everyone's with ``all_users``."""
-        runs = tracking.search_job_runs(self._mlflow, None if all_users else current_owner(),
-                                        max_results=limit)
+        runs = tracking.search_job_runs(
+            self._mlflow, None if all_users else current_owner(), max_results=limit
+        )
         return [self._info(run) for run in runs]
 
     def logs(self, job_id: str, tail: int | None = None) -> str:
@@ -362,7 +417,9 @@ class JobManager:
         except SpecError:
             raise
         except Exception as exc:
-            raise JobNotFound(f"Ray has no logs for job {job_id}: {str(exc).splitlines()[0]}") from exc
+            raise JobNotFound(
+                f"Ray has no logs for job {job_id}: {str(exc).splitlines()[0]}"
+            ) from exc
         if tail:
             text = "\n".join(text.splitlines()[-tail:])
         return text

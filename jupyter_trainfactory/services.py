@@ -114,7 +114,9 @@ class Services:
 def state_dir() -> Path:
     """The state directory: ``$TRAINFACTORY_HOME`` or the platform's user data dir."""
     env = os.environ.get(STATE_ENV)
-    path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir("jupyter_trainfactory"))
+    path = (
+        Path(env).expanduser() if env else Path(platformdirs.user_data_dir("jupyter_trainfactory"))
+    )
     path.mkdir(parents=True, exist_ok=True)
     return path.resolve()
 
@@ -145,7 +147,9 @@ def _http_ok(url: str, token_path: str | None = None, timeout: float = 2.0) -> b
     if token_path:
         headers["Authorization"] = "Bearer " + Path(token_path).read_text().strip()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout
+        ) as resp:  # noqa: S310 (loopback)
             return resp.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -187,8 +191,13 @@ def _log_tail(path: str, lines: int = 15) -> str:
 def _spawn(name: str, argv: list[str], env: dict[str, str], log: Path, url: str) -> ServiceProcess:
     with open(log, "ab") as out:
         proc = subprocess.Popen(  # noqa: S603
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True, close_fds=True,
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
     return ServiceProcess(name, proc.pid, psutil.Process(proc.pid).create_time(), url, str(log))
 
@@ -203,14 +212,26 @@ def _start_ray(home: Path, token: Path) -> tuple[ServiceProcess, str, str]:
         "--metrics-export-port": _free_port(),
     }
     argv = [
-        _tool("ray"), "start", "--head", "--block", "--disable-usage-stats",
-        f"--node-ip-address={HOST}", f"--port={gcs_port}",
-        "--dashboard-host", HOST, f"--dashboard-port={dash_port}", "--include-dashboard=true",
+        _tool("ray"),
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={HOST}",
+        f"--port={gcs_port}",
+        "--dashboard-host",
+        HOST,
+        f"--dashboard-port={dash_port}",
+        "--include-dashboard=true",
         f"--temp-dir={_ray_temp_dir(home)}",
     ]
     argv += [f"{k}={v}" for k, v in ports.items()]
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     env.pop("RAY_ADDRESS", None)
     dashboard = f"http://{HOST}:{dash_port}"
     proc = _spawn("ray", argv, env, home / "ray-head.log", dashboard)
@@ -230,9 +251,18 @@ def _start_mlflow(home: Path) -> ServiceProcess:
     _prepare_sqlite(db)
     port = _free_port()
     argv = [
-        _tool("mlflow"), "server", "--host", HOST, "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{db}",
-        "--artifacts-destination", str(root / "artifacts"),
+        _tool("mlflow"),
+        "server",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{db}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
     ]
     env = {**os.environ, "MLFLOW_LOGGING_LEVEL": "WARNING"}
     return _spawn("mlflow", argv, env, home / "mlflow-server.log", f"http://{HOST}:{port}")
@@ -248,8 +278,10 @@ def _wait_ready(proc: ServiceProcess, probe: str, deadline: float, token: str | 
         if _http_ok(probe, token):
             return
         time.sleep(0.5)
-    raise ServiceError(f"The {proc.name} service did not answer at {probe} within "
-                       f"{_START_TIMEOUT_S:.0f} s; see {proc.log}.")
+    raise ServiceError(
+        f"The {proc.name} service did not answer at {probe} within "
+        f"{_START_TIMEOUT_S:.0f} s; see {proc.log}."
+    )
 
 
 def load_services(home: Path | None = None) -> Services | None:
@@ -307,7 +339,9 @@ def ensure_services(ray: bool = True, mlflow: bool = True) -> Services:
         deadline = time.monotonic() + _START_TIMEOUT_S
         try:
             for proc, probe in started:
-                _wait_ready(proc, probe, deadline, services.token_path if proc.name == "ray" else None)
+                _wait_ready(
+                    proc, probe, deadline, services.token_path if proc.name == "ray" else None
+                )
         except ServiceError:
             for proc, _ in started:
                 _terminate(proc)
@@ -365,12 +399,14 @@ def describe(services: Services | None = None) -> list[dict[str, str]]:
             address = services.ray_address
         elif services:
             address = services.tracking_uri
-        rows.append({
-            "service": title,
-            "state": "running" if running else "stopped",
-            "pid": str(proc.pid) if running else "-",
-            "address": address if running else "-",
-            "ui": (proc.url if running else "-"),
-            "log": proc.log if proc else "-",
-        })
+        rows.append(
+            {
+                "service": title,
+                "state": "running" if running else "stopped",
+                "pid": str(proc.pid) if running else "-",
+                "address": address if running else "-",
+                "ui": (proc.url if running else "-"),
+                "log": proc.log if proc else "-",
+            }
+        )
     return rows

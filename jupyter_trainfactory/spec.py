@@ -124,7 +124,9 @@ class JobSpec:
         _check_number("cpus_per_worker", self.cpus_per_worker, 0)
         _check_number("gpus_per_worker", self.gpus_per_worker, 0)
         if self.cpus_per_worker == 0 and self.gpus_per_worker == 0:
-            raise SpecError("A worker needs some CPU or GPU; set cpus_per_worker or gpus_per_worker above 0.")
+            raise SpecError(
+                "A worker needs some CPU or GPU; set cpus_per_worker or gpus_per_worker above 0."
+            )
         _check_number("max_failures", self.max_failures, -1, integer=True)
         self.max_failures = int(self.max_failures)
         if self.config is None:

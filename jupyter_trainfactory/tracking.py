@@ -102,8 +102,9 @@ def experiment_id(mlflow_client, name: str) -> str:
         return exp.experiment_id
 
 
-def create_job_run(mlflow_client, experiment: str, run_name: str, tags: dict[str, str],
-                   params: dict[str, str]):
+def create_job_run(
+    mlflow_client, experiment: str, run_name: str, tags: dict[str, str], params: dict[str, str]
+):
     """Create the job's run with its tags and params (logged once, here). Returns the Run."""
     from mlflow.entities import Param, RunTag
 
@@ -111,7 +112,7 @@ def create_job_run(mlflow_client, experiment: str, run_name: str, tags: dict[str
     run = mlflow_client.create_run(exp_id, run_name=run_name, tags=tags)
     items = [Param(k, v) for k, v in params.items()]
     for i in range(0, len(items), 100):
-        mlflow_client.log_batch(run.info.run_id, params=items[i:i + 100])
+        mlflow_client.log_batch(run.info.run_id, params=items[i : i + 100])
     mlflow_client.log_batch(run.info.run_id, tags=[RunTag(TAG.STARTED, str(time.time()))])
     return mlflow_client.get_run(run.info.run_id)
 
@@ -124,11 +125,15 @@ def latest_points(run) -> list[MetricPoint]:
     ]
 
 
-def metric_history(mlflow_client, run_id: str, key: str, max_points: int | None = None) -> list[MetricPoint]:
+def metric_history(
+    mlflow_client, run_id: str, key: str, max_points: int | None = None
+) -> list[MetricPoint]:
     """Full history of one metric sorted by step, evenly downsampled to ``max_points``."""
     points = sorted(
-        (MetricPoint(m.key, m.value, int(m.step), int(m.timestamp))
-         for m in mlflow_client.get_metric_history(run_id, key)),
+        (
+            MetricPoint(m.key, m.value, int(m.step), int(m.timestamp))
+            for m in mlflow_client.get_metric_history(run_id, key)
+        ),
         key=lambda p: (p.step, p.timestamp),
     )
     if max_points and len(points) > max_points:
@@ -140,7 +145,9 @@ def metric_history(mlflow_client, run_id: str, key: str, max_points: int | None 
 def _all_experiment_ids(mlflow_client) -> list[str]:
     from mlflow.entities import ViewType
 
-    return [e.experiment_id for e in mlflow_client.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+    return [
+        e.experiment_id for e in mlflow_client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+    ]
 
 
 def find_job_run(mlflow_client, job_id: str):
@@ -148,8 +155,9 @@ def find_job_run(mlflow_client, job_id: str):
     ids = _all_experiment_ids(mlflow_client)
     if not ids:
         return None
-    runs = mlflow_client.search_runs(ids, filter_string=f"tags.`{TAG.JOB_ID}` = '{job_id}'",
-                                     max_results=1)
+    runs = mlflow_client.search_runs(
+        ids, filter_string=f"tags.`{TAG.JOB_ID}` = '{job_id}'", max_results=1
+    )
     return runs[0] if runs else None
 
 
@@ -161,8 +169,9 @@ def search_job_runs(mlflow_client, owner: str | None = None, max_results: int = 
     filt = f"tags.`{TAG.JOB_ID}` LIKE 'tf-%'"
     if owner:
         filt += f" AND tags.`{TAG.OWNER}` = '{owner.replace(chr(39), '')}'"
-    return mlflow_client.search_runs(ids, filter_string=filt, max_results=max_results,
-                                     order_by=["attributes.start_time DESC"])
+    return mlflow_client.search_runs(
+        ids, filter_string=filt, max_results=max_results, order_by=["attributes.start_time DESC"]
+    )
 
 
 def run_url(tracking_uri: str, run) -> str:

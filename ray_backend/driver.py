@@ -51,8 +51,11 @@ def _start_samplers(ray, recorder) -> list[Any]:
         if not node.get("Alive"):
             continue
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        samplers.append(actor.options(num_cpus=0, scheduling_strategy=strategy)
-                        .remote(recorder, node["NodeManagerAddress"]))
+        samplers.append(
+            actor.options(num_cpus=0, scheduling_strategy=strategy).remote(
+                recorder, node["NodeManagerAddress"]
+            )
+        )
     return samplers
 
 
@@ -72,7 +75,8 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
         instrument(fn, meta["job_id"]),
         train_loop_config=meta["config"],
         scaling_config=ScalingConfig(
-            num_workers=spec["workers"], use_gpu=bool(spec["gpus_per_worker"]),
+            num_workers=spec["workers"],
+            use_gpu=bool(spec["gpus_per_worker"]),
             resources_per_worker=resources,
         ),
         run_config=RunConfig(
@@ -101,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(logging_level=logging.WARNING, log_to_driver=True)
     recorder = (
         ray.remote(RunRecorder)
-        .options(name=recorder_name(meta["job_id"]), namespace=RECORDER_NAMESPACE,
-                 num_cpus=0, lifetime=None)
+        .options(
+            name=recorder_name(meta["job_id"]),
+            namespace=RECORDER_NAMESPACE,
+            num_cpus=0,
+            lifetime=None,
+        )
         .remote(meta["tracking_uri"], meta["run_id"])
     )
     ray.get(recorder.ping.remote())

@@ -52,8 +52,12 @@ class RunRecorder:
             self._tags[TAG.STATE] = state
             self._tags[TAG.REASON] = reason
 
-    def report(self, metrics_per_rank: list[dict[str, Any]], checkpoint_path: str | None,
-               wall_time: float | None = None) -> int | None:
+    def report(
+        self,
+        metrics_per_rank: list[dict[str, Any]],
+        checkpoint_path: str | None,
+        wall_time: float | None = None,
+    ) -> int | None:
         """Record one ``ray.train.report`` round.
 
         Parameters
@@ -92,8 +96,13 @@ class RunRecorder:
                     values["train/samples_per_s"] = batch / (now - previous)
             if checkpoint_path:
                 values["checkpoint/step"] = float(step)
-                self._tags.update({TAG.CKPT_PATH: checkpoint_path, TAG.CKPT_STEP: str(step),
-                                   TAG.CKPT_TIME: f"{now:.3f}"})
+                self._tags.update(
+                    {
+                        TAG.CKPT_PATH: checkpoint_path,
+                        TAG.CKPT_STEP: str(step),
+                        TAG.CKPT_TIME: f"{now:.3f}",
+                    }
+                )
             self._tags[TAG.STEP] = str(step)
             self._add(values, step, now)
             return step
@@ -142,10 +151,11 @@ class RunRecorder:
         written = 0
         try:
             for i in range(0, max(len(metrics), 1), _BATCH):
-                chunk = metrics[i:i + _BATCH]
+                chunk = metrics[i : i + _BATCH]
                 if chunk or (tag_list and i == 0):
-                    self._client.log_batch(self.run_id, metrics=chunk,
-                                           tags=tag_list if i == 0 else [])
+                    self._client.log_batch(
+                        self.run_id, metrics=chunk, tags=tag_list if i == 0 else []
+                    )
                 written = i + _BATCH
         except Exception:
             with self._lock:  # nothing is lost: put back what was not written

@@ -40,17 +40,15 @@ def gpu_sample(pynvml: Any, handle: Any) -> dict[str, float]:
     Sources: NVML ``nvmlDeviceGetUtilizationRates`` (percent of the last sample
     period a kernel ran), ``nvmlDeviceGetMemoryInfo`` (bytes), ``nvmlDeviceGetPowerUsage`` (mW).
     """
+    readers = {
+        "utilization": lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+        "memory_used_mb": lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20,
+        "power_w": lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+    }
     out: dict[str, float] = {}
-    try:
-        out["utilization"] = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-    except Exception:
-        pass
-    try:
-        out["memory_used_mb"] = pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
-    except Exception:
-        pass
-    try:
-        out["power_w"] = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
-    except Exception:
-        pass
+    for key, read in readers.items():
+        try:
+            out[key] = read()
+        except Exception:  # NVMLError_NotSupported etc.: leave the value out
+            continue
     return out

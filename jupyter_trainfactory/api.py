@@ -1,0 +1,100 @@
+"""The Python API: ``launch``, ``attach``, ``list_jobs`` (one JobManager per target)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .jobs import Job, JobInfo, JobManager
+from .spec import JobSpec
+
+__all__ = ["attach", "get_manager", "launch", "list_jobs"]
+
+_managers: dict[tuple, JobManager] = {}
+_QUIET = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
+
+
+def get_manager(
+    address: str | None = None, tracking_uri: str | None = None, storage: str | None = None
+) -> JobManager:
+    """The JobManager for this target (cached); None values mean the embedded default."""
+    key = (address, tracking_uri, storage)
+    if key not in _managers:
+        for name in _QUIET:  # Ray's upload chatter belongs in `%train logs`, not the notebook
+            logging.getLogger(name).setLevel(logging.WARNING)
+        _managers[key] = JobManager(address, tracking_uri, storage)
+    return _managers[key]
+
+
+def launch(
+    fn: Callable[[dict], Any],
+    workers: int = 2,
+    config: dict | None = None,
+    *,
+    experiment: str = "trainfactory",
+    run_name: str = "",
+    cpus_per_worker: float = 1.0,
+    gpus_per_worker: float = 0.0,
+    max_failures: int = 0,
+    working_dir: str | None = None,
+    pip: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    source: str = "",
+) -> Job:
+    """Start ``fn`` as a Ray Train job and return at once.
+
+    ``fn`` is ordinary Ray Train code taking one ``config`` dict. Returns a :class:`Job`
+    (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
+    ``job.dashboard()``).
+
+    Raises
+    ------
+    SpecError
+        Bad input, an unreachable cluster, or resources the cluster can never provide.
+
+    Examples
+    --------
+    In [1]: from jupyter_trainfactory import launch
+    In [2]: job = launch(train, workers=2, config={"epochs": 3}, experiment="digits")
+    In [3]: job.wait()
+    Out[3]: 'SUCCEEDED'
+    """
+    spec = JobSpec(
+        function_name=getattr(fn, "__name__", "train"),
+        workers=workers,
+        cpus_per_worker=cpus_per_worker,
+        gpus_per_worker=gpus_per_worker,
+        max_failures=max_failures,
+        config=dict(config or {}),
+        experiment=experiment,
+        run_name=run_name,
+        working_dir=working_dir,
+        pip=list(pip or []),
+        env=dict(env or {}),
+        address=address,
+        tracking_uri=tracking_uri,
+        storage=storage,
+        source=source,
+    )
+    return get_manager(address, tracking_uri, storage).submit(fn, spec)
+
+
+def attach(job_id: str, address: str | None = None, tracking_uri: str | None = None) -> Job:
+    """A handle on an existing job (for instance after a kernel restart).
+
+    Raises :class:`~.jobs.JobNotFound` when the tracking server has no such job.
+    """
+    manager = get_manager(address, tracking_uri)
+    info = manager.info(job_id)
+    return Job(info.job_id, info.run_id, manager)
+
+
+def list_jobs(
+    all_users: bool = False, address: str | None = None, tracking_uri: str | None = None
+) -> list[JobInfo]:
+    """Jobs newest first: yours, or everyone's with ``all_users=True``."""
+    return get_manager(address, tracking_uri).list(all_users=all_users)

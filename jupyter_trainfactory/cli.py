@@ -1,0 +1,117 @@
+"""``jupyter trainfactory <subcommand>``: the same subcommands and options as ``%train``."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import api
+from .commands import CommandError, build_parser, format_table, parse, spec_from_args
+from .jobs import JobNotFound
+from .services import ServiceError, describe, ensure_services, stop_services
+from .spec import SpecError
+
+__all__ = ["load_function", "main"]
+
+PROG = "jupyter trainfactory"
+
+
+def load_function(target: str):
+    """``path/to/file.py:func`` -> the function, its module shipped by value to the cluster."""
+    path_text, sep, name = target.rpartition(":")
+    if not sep or not path_text or not name:
+        raise CommandError(f"launch takes path/to/file.py:function, got {target!r}.")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise CommandError(f"No such file: {path_text}.")
+    module_name = f"_trainfactory_user_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise CommandError(f"Importing {path_text} failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise CommandError(f"{path_text} defines no {name!r}.")
+    if not callable(fn):
+        raise CommandError(f"{path_text}:{name} is a {type(fn).__name__}, not a function.")
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # the cluster cannot import this file
+    return fn, str(path)
+
+
+def _run(ns) -> int:
+    target = {
+        "address": getattr(ns, "address", None),
+        "tracking_uri": getattr(ns, "tracking_uri", None),
+    }
+    if ns.command == "help":
+        print(build_parser(PROG, "FILE.py:FUNC").format_help())
+    elif ns.command == "launch":
+        fn, source = load_function(ns.target)
+        config: Any = {}
+        if ns.config:
+            try:
+                config = eval(ns.config, vars(sys.modules[fn.__module__]))  # noqa: S307
+            except Exception as exc:
+                raise CommandError(
+                    f"--config {ns.config!r} failed: {type(exc).__name__}: {exc}"
+                ) from None
+            if not isinstance(config, dict):
+                raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
+        spec = spec_from_args(ns, fn.__name__, config, source)
+        job = api.get_manager(target["address"], target["tracking_uri"], ns.storage).submit(
+            fn, spec
+        )
+        info = job.info()
+        print(f"job {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
+        if ns.wait:
+            state = job.wait()
+            print(f"job {job.id}: {state}")
+            return 0 if state == "SUCCEEDED" else 1
+    elif ns.command == "list":
+        print(format_table([j.as_row() for j in api.get_manager(**target).list(all_users=ns.all)]))
+    elif ns.command in ("status", "attach"):
+        if not ns.job:
+            raise CommandError(f"{ns.command} needs a job id (see `{PROG} list`).")
+        info = api.get_manager(**target).info(ns.job)
+        row = {**info.as_row(), "mlflow": info.run_url or info.run_id}
+        print("\n".join(f"{k:>10}: {v}" for k, v in row.items() if v))
+    elif ns.command == "logs":
+        if not ns.job:
+            raise CommandError(f"logs needs a job id (see `{PROG} list`).")
+        print(api.get_manager(**target).logs(ns.job, tail=ns.tail))
+    elif ns.command == "stop":
+        if not ns.job:
+            raise CommandError(f"stop needs a job id (see `{PROG} list`).")
+        info = api.get_manager(**target).stop(ns.job)
+        print(f"{info.job_id}: {info.state}")
+    elif ns.command == "services":
+        if ns.action == "stop":
+            stopped = stop_services()
+            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+            return 0
+        if ns.action == "start":
+            ensure_services()
+        print(format_table(describe()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``jupyter-trainfactory``; exit code 2 with one line on bad input."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        ns = parse(argv or ["help"], build_parser(PROG, "FILE.py:FUNC"))
+        return _run(ns)
+    except (CommandError, SpecError, JobNotFound, ServiceError, TimeoutError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

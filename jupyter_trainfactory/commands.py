@@ -1,0 +1,159 @@
+"""The ``train`` subcommands, shared by the ``%train`` magic and ``jupyter trainfactory``.
+
+Both doors parse with :func:`build_parser`, build a :class:`~.spec.JobSpec` with
+:func:`spec_from_args` and talk to a :class:`~.jobs.JobManager`; they differ only in
+how they print and whether they show a widget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+from .spec import JobSpec
+
+__all__ = ["CommandError", "build_parser", "format_table", "parse", "spec_from_args"]
+
+
+class CommandError(Exception):
+    """Bad command-line input; the message is one sentence for the user."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and sys.exit(2)
+        raise CommandError(f"{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise CommandError(message.strip() if message else f"{self.prog}: exited")
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", help="Ray dashboard / Jobs API URL (default: local head)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: local server)")
+
+
+def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.ArgumentParser:
+    """The parser of every subcommand; errors raise :class:`CommandError` (never exit)."""
+    parser = _Parser(
+        prog=prog, add_help=False, description="Launch, watch and control Ray Train jobs."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
+
+    launch = sub.add_parser("launch", help="start a training job", add_help=False)
+    launch.add_argument(
+        "target", metavar=launch_target, help="the training function: takes one config dict"
+    )
+    launch.add_argument("--workers", type=int, default=2, help="Ray Train workers (ranks)")
+    launch.add_argument("--cpus-per-worker", type=float, default=1.0)
+    launch.add_argument("--gpus-per-worker", type=float, default=0.0)
+    launch.add_argument(
+        "--max-failures", type=int, default=0, help="worker-failure restarts (-1: unlimited)"
+    )
+    launch.add_argument("--config", metavar="EXPR", help="Python expression for the config dict")
+    launch.add_argument("--experiment", help="MLflow experiment (default: trainfactory)")
+    launch.add_argument("--run-name", help="MLflow run name (default: the function's name)")
+    launch.add_argument("--working-dir", help="directory shipped to every worker")
+    launch.add_argument(
+        "--pip",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="REQ",
+        help="pip requirements installed for the job",
+    )
+    launch.add_argument(
+        "--env",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variables of the job",
+    )
+    launch.add_argument("--storage", help="Ray Train storage path (shared by all nodes)")
+    launch.add_argument("--wait", action="store_true", help="block until the job ends")
+    _add_target(launch)
+
+    for name, text in (
+        ("status", "state of a job"),
+        ("attach", "dashboard of a job"),
+        ("stop", "stop a job"),
+    ):
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+        _add_target(p)
+    logs = sub.add_parser("logs", help="a job's driver log", add_help=False)
+    logs.add_argument("job", nargs="?", metavar="JOB")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    _add_target(logs)
+    lst = sub.add_parser("list", help="jobs, newest first", add_help=False)
+    lst.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
+    _add_target(lst)
+    services = sub.add_parser(
+        "services", help="the local Ray head and MLflow server", add_help=False
+    )
+    services.add_argument("action", nargs="?", choices=["show", "start", "stop"], default="show")
+    sub.add_parser("help", help="this help", add_help=False)
+    return parser
+
+
+def parse(
+    line: str | list[str], parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """Parse a magic line (or argv); raises :class:`CommandError` with one sentence."""
+    parser = parser or build_parser()
+    try:
+        argv = shlex.split(line) if isinstance(line, str) else list(line)
+    except ValueError as exc:
+        raise CommandError(f"Cannot parse the line: {exc}.") from exc
+    if not argv:
+        raise CommandError(
+            "Give a subcommand: launch, status, list, logs, stop, attach or services."
+        )
+    ns = parser.parse_args(argv)
+    if ns.command is None:
+        raise CommandError(
+            "Give a subcommand: launch, status, list, logs, stop, attach or services."
+        )
+    if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
+        raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
+    return ns
+
+
+def spec_from_args(
+    ns: argparse.Namespace,
+    function_name: str,
+    config: dict[str, Any],
+    source: str,
+    defaults: dict[str, Any] | None = None,
+) -> JobSpec:
+    """A validated JobSpec from parsed ``launch`` options (``defaults`` fill unset ones)."""
+    defaults = defaults or {}
+    return JobSpec(
+        function_name=function_name,
+        workers=ns.workers,
+        cpus_per_worker=ns.cpus_per_worker,
+        gpus_per_worker=ns.gpus_per_worker,
+        max_failures=ns.max_failures,
+        config=config,
+        experiment=ns.experiment or defaults.get("experiment") or "trainfactory",
+        run_name=ns.run_name or "",
+        working_dir=ns.working_dir,
+        pip=ns.pip,
+        env=ns.env,
+        address=ns.address or defaults.get("address"),
+        tracking_uri=ns.tracking_uri or defaults.get("tracking_uri"),
+        storage=ns.storage or defaults.get("storage"),
+        source=source,
+    )
+
+
+def format_table(rows: list[dict[str, str]]) -> str:
+    """Plain-text table with a header row, columns padded to their widest cell."""
+    if not rows:
+        return "(none)"
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    lines = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)

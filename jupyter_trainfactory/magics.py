@@ -1,0 +1,170 @@
+"""``%train``: launch and control Ray Train jobs from a notebook (thin: parse -> spec -> manager)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
+from traitlets import Float, Unicode
+from traitlets.config import Configurable
+
+from . import api
+from .commands import CommandError, build_parser, format_table, parse, spec_from_args
+from .jobs import JobNotFound
+from .services import ServiceError, describe, ensure_services, stop_services
+from .spec import SpecError
+
+__all__ = ["TrainMagics"]
+
+_USER_ERRORS = (CommandError, SpecError, JobNotFound, ServiceError, TimeoutError)
+
+
+@magics_class
+class TrainMagics(Magics, Configurable):
+    """The ``%train`` line magic.
+
+    Examples
+    --------
+    In [1]: %load_ext jupyter_trainfactory
+    In [2]: job = %train launch train --workers 2 --config "{'epochs': 5}"
+    In [3]: %train status
+    In [4]: %train logs --tail 20
+    In [5]: %train stop
+    """
+
+    address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
+        config=True
+    )
+    tracking_uri = Unicode("", help="MLflow tracking URI; empty: the local server.").tag(
+        config=True
+    )
+    storage = Unicode("", help="Ray Train storage path; empty: the local default.").tag(config=True)
+    experiment = Unicode("trainfactory", help="Default MLflow experiment.").tag(config=True)
+    dashboard_interval = Float(2.0, help="Seconds between dashboard polls.").tag(config=True)
+
+    def __init__(self, shell=None, **kwargs):
+        Configurable.__init__(self, config=shell.config if shell is not None else None)
+        Magics.__init__(self, shell=shell, **kwargs)
+        self._parser = build_parser("%train")
+        self._last_job: str | None = None
+        self._dashboards: dict[str, Any] = {}
+
+    # -- helpers ----------------------------------------------------------------
+    def _defaults(self) -> dict[str, Any]:
+        return {
+            "address": self.address or None,
+            "tracking_uri": self.tracking_uri or None,
+            "storage": self.storage or None,
+            "experiment": self.experiment,
+        }
+
+    def _manager(self, ns):
+        d = self._defaults()
+        return api.get_manager(
+            getattr(ns, "address", None) or d["address"],
+            getattr(ns, "tracking_uri", None) or d["tracking_uri"],
+            d["storage"],
+        )
+
+    def _job_id(self, ns) -> str:
+        if ns.job:
+            return ns.job
+        if self._last_job is None:
+            raise CommandError(
+                "No job launched from this kernel yet; give a job id (see %train list)."
+            )
+        return self._last_job
+
+    def _source(self) -> str:
+        ns = self.shell.user_ns if self.shell is not None else {}
+        return os.environ.get("JPY_SESSION_NAME") or str(ns.get("__session__", "")) or ""
+
+    def _show(self, job) -> None:
+        old = self._dashboards.pop(job.id, None)
+        if old is not None:
+            old.close()
+        board = job.dashboard()
+        board.interval_s = self.dashboard_interval
+        self._dashboards[job.id] = board
+        display(board)
+
+    # -- the magic ----------------------------------------------------------------
+    @line_magic
+    def train(self, line: str):
+        """Launch and control Ray Train jobs. ``%train help`` lists the subcommands."""
+        try:
+            ns = parse(line, self._parser)
+            return getattr(self, f"_cmd_{ns.command}")(ns)
+        except _USER_ERRORS as exc:
+            raise UsageError(str(exc)) from None
+
+    def _cmd_help(self, ns) -> None:
+        print(self._parser.format_help())
+
+    def _cmd_launch(self, ns):
+        user_ns = self.shell.user_ns
+        if ns.target not in user_ns:
+            raise CommandError(
+                f"{ns.target!r} is not defined in this notebook; define the "
+                "training function first."
+            )
+        fn = user_ns[ns.target]
+        if not callable(fn):
+            raise CommandError(f"{ns.target!r} is a {type(fn).__name__}, not a function.")
+        config: Any = {}
+        if ns.config:
+            try:
+                config = eval(ns.config, user_ns)  # noqa: S307 (the user's own expression)
+            except Exception as exc:
+                raise CommandError(
+                    f"--config {ns.config!r} failed: {type(exc).__name__}: {exc}"
+                ) from None
+            if not isinstance(config, dict):
+                raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
+        spec = spec_from_args(ns, ns.target, config, self._source(), self._defaults())
+        job = self._manager(ns).submit(fn, spec)
+        self._last_job = job.id
+        self._show(job)
+        return job
+
+    def _cmd_status(self, ns) -> None:
+        info = self._manager(ns).info(self._job_id(ns))
+        row = info.as_row()
+        row["mlflow"] = info.run_url or info.run_id
+        print("\n".join(f"{k:>10}: {v}" for k, v in row.items() if v))
+
+    def _cmd_list(self, ns) -> None:
+        jobs = self._manager(ns).list(all_users=ns.all)
+        rows = [j.as_row() for j in jobs]
+        for r in rows:
+            r["detail"] = r["detail"][:60]
+        print(format_table(rows))
+
+    def _cmd_logs(self, ns) -> None:
+        print(self._manager(ns).logs(self._job_id(ns), tail=ns.tail))
+
+    def _cmd_stop(self, ns) -> None:
+        info = self._manager(ns).stop(self._job_id(ns))
+        print(f"{info.job_id}: {info.state}")
+
+    def _cmd_attach(self, ns) -> None:
+        job = api.attach(
+            self._job_id(ns),
+            getattr(ns, "address", None) or self._defaults()["address"],
+            getattr(ns, "tracking_uri", None) or self._defaults()["tracking_uri"],
+        )
+        self._last_job = job.id
+        self._show(job)
+
+    def _cmd_services(self, ns) -> None:
+        if ns.action == "stop":
+            stopped = stop_services()
+            api._managers.clear()
+            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+            return
+        if ns.action == "start":
+            ensure_services()
+        print(format_table(describe()))
