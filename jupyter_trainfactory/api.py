@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +11,6 @@ from .spec import JobSpec
 __all__ = ["attach", "get_manager", "launch", "list_jobs"]
 
 _managers: dict[tuple, JobManager] = {}
-_QUIET = ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
 
 
 def get_manager(
@@ -21,8 +19,6 @@ def get_manager(
     """The JobManager for this target (cached); None values mean the embedded default."""
     key = (address, tracking_uri, storage)
     if key not in _managers:
-        for name in _QUIET:  # Ray's upload chatter belongs in `%train logs`, not the notebook
-            logging.getLogger(name).setLevel(logging.WARNING)
         _managers[key] = JobManager(address, tracking_uri, storage)
     return _managers[key]
 

@@ -6,9 +6,12 @@ outlives a local Ray head), the live state from the Ray Jobs API.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
+import io
 import json
+import logging
 import math
 import os
 import re
@@ -211,7 +214,15 @@ class JobManager:
     def jobs_client(self):
         """The Ray ``JobSubmissionClient`` (token auth from ``RAY_AUTH_TOKEN_PATH``)."""
         if self._jobs_client is None:
+            import ray.dashboard.modules.dashboard_sdk as sdk
+            import ray.dashboard.modules.job.sdk as job_sdk
             from ray.job_submission import JobSubmissionClient
+
+            import ray._private.runtime_env.packaging as packaging
+
+            # Ray's upload chatter belongs in the job's logs, not in the notebook.
+            for logger in (sdk.logger, job_sdk.logger, packaging.default_logger):
+                logger.setLevel(logging.WARNING)
 
             try:
                 self._jobs_client = JobSubmissionClient(self.address)
@@ -317,6 +328,7 @@ class JobManager:
         env_vars = {k: v for k, v in os.environ.items() if k.startswith("RAY_TRAIN_")}
         env_vars.update(spec.env)
         env_vars.setdefault("PYTHONUNBUFFERED", "1")
+        env_vars.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         runtime_env: dict[str, Any] = {
             "py_modules": [
                 str(Path(jupyter_trainfactory.__file__).parent),
@@ -399,7 +411,8 @@ class JobManager:
         if status == "KILLED":
             tags.append(RunTag(TAG.REASON, run.data.tags.get(TAG.STOP, "") or "user"))
         self._mlflow.log_batch(run_id, tags=tags)
-        self._mlflow.set_terminated(run_id, status=status)
+        with contextlib.redirect_stdout(io.StringIO()):  # MLflow prints the run URL
+            self._mlflow.set_terminated(run_id, status=status)
         return self._mlflow.get_run(run_id)
 
     def list(self, all_users: bool = False, limit: int = 50) -> list[JobInfo]:

@@ -1,0 +1,41 @@
+"""One set of embedded services (Ray head + MLflow server) per test session.
+
+``TRAINFACTORY_HOME`` points at a temporary directory unless the caller set one
+(.ci/run does); services the session started are stopped at the end, by pid.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+os.environ.setdefault("TRAINFACTORY_HOME", tempfile.mkdtemp(prefix="tf-test-", dir="/tmp"))
+# ray.train.report is paced by the controller's health check (2 s by default).
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+
+
+@pytest.fixture(scope="session")
+def services():
+    from jupyter_trainfactory import services as svc
+
+    before = svc.load_services()
+    running_before = {n for n, p in (before.processes.items() if before else []) if p.alive()}
+    started = svc.ensure_services()
+    yield started
+    mine = tuple(n for n in ("ray", "mlflow") if n not in running_before)
+    if mine:
+        svc.stop_services(mine)
+
+
+@pytest.fixture(scope="session")
+def manager(services):
+    from jupyter_trainfactory import get_manager
+
+    return get_manager()
+
+
+@pytest.fixture
+def mlflow_client(manager):
+    return manager._mlflow

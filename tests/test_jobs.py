@@ -1,0 +1,104 @@
+"""Real two-worker jobs on the embedded services: recording, stop, and a killed driver."""
+
+import os
+import signal
+import time
+
+import cloudpickle
+import pytest
+import train_fns
+
+from jupyter_trainfactory import attach, launch, list_jobs
+from jupyter_trainfactory.tracking import TAG
+
+cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
+pytestmark = pytest.mark.job
+
+
+@pytest.fixture
+def jobs():
+    """Jobs a test launched; any still running at the end are stopped, so the next test
+    gets the cluster's CPUs."""
+    launched = []
+    yield launched
+    for job in launched:
+        if job.status() not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            job.stop()
+
+
+def _wait_for(predicate, timeout=180, poll=0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.mark.timeout(300)
+def test_two_worker_job_is_recorded(manager, mlflow_client, jobs):
+    job = launch(train_fns.short_loop, workers=2, config={"steps": 6, "lr": 0.05},
+                 experiment="tests", run_name="short")
+    jobs.append(job)
+    assert job.status() in ("PENDING", "RUNNING")
+    assert job.wait(timeout=240) == "SUCCEEDED"
+
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "short"
+    assert mlflow_client.get_experiment(run.info.experiment_id).name == "tests"
+    params = run.data.params
+    assert params["workers"] == "2" and params["config.steps"] == "6"
+    assert params["config.lr"] == "0.05" and params["max_failures"] == "0"
+    tags = run.data.tags
+    assert tags[TAG.JOB_ID] == job.id and tags[TAG.SUBMISSION] == f"{job.id}-0"
+    assert tags[TAG.OWNER] and len(tags[TAG.FUNCTION_SHA]) == 64
+    assert tags[TAG.STATE] == "SUCCEEDED"
+
+    history = mlflow_client.get_metric_history(job.run_id, "loss")
+    steps = [m.step for m in sorted(history, key=lambda m: m.timestamp)]
+    assert steps == [1, 2, 3, 4, 5, 6]  # one point per report, unique and increasing
+    assert [m.value for m in sorted(history, key=lambda m: m.step)][-1] == pytest.approx(1 / 6)
+    samples = mlflow_client.get_metric_history(job.run_id, "train/samples")
+    assert max(m.value for m in samples) == 6 * 8 * 2  # summed over both ranks
+    assert "system/" in " ".join(run.data.metrics)  # the node sampler ran
+    assert job.id in [j.job_id for j in list_jobs()]
+    assert "Running entrypoint" in job.logs()
+
+
+@pytest.mark.timeout(300)
+def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
+    job = launch(train_fns.long_loop, workers=2, experiment="tests")
+    jobs.append(job)
+    _wait_for(lambda: job.info().step is not None and job.info().step >= 2)
+    assert job.status() == "RUNNING"
+    assert job.stop() == "STOPPED"
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "KILLED"
+    assert run.data.tags[TAG.REASON] == "user"
+    assert attach(job.id).status() == "STOPPED"
+
+
+@pytest.mark.timeout(300)
+def test_killed_driver_is_reconciled_to_failed(manager, mlflow_client, jobs):
+    job = launch(train_fns.long_loop, workers=2, experiment="tests")
+    jobs.append(job)
+    _wait_for(lambda: job.info().step is not None)
+    info = manager.jobs_client.get_job_info(f"{job.id}-0")
+    os.kill(int(info.driver_info.pid), signal.SIGKILL)  # a driver we started, by its pid
+    _wait_for(lambda: manager.jobs_client.get_job_status(f"{job.id}-0").value == "FAILED")
+    assert mlflow_client.get_run(job.run_id).info.status == "RUNNING"  # nobody closed it yet
+    assert job.status() == "FAILED"  # the next status call reconciles
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "FAILED" and run.data.tags[TAG.ERROR]
+
+
+@pytest.mark.timeout(300)
+def test_training_error_fails_the_job_with_its_last_line(manager, mlflow_client, jobs):
+    job = launch(train_fns.failing_loop, workers=1, experiment="tests")
+    jobs.append(job)
+    assert job.wait(timeout=240) == "FAILED"
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "FAILED"
+    assert "bad batch at step 2" in run.data.tags[TAG.ERROR]
+    assert "bad batch at step 2" in job.info().error

@@ -1,0 +1,77 @@
+"""JobSpec validation and parameter flattening (no services needed)."""
+
+import pytest
+
+from jupyter_trainfactory.commands import CommandError, format_table, parse
+from jupyter_trainfactory.jobs import _check_resources
+from jupyter_trainfactory.spec import JobSpec, SpecError, flatten, parse_env
+
+
+def test_defaults_and_params():
+    spec = JobSpec("train", workers=3, config={"lr": 0.1, "model": {"layers": 2}})
+    assert spec.run_name == "train"
+    assert spec.experiment == "trainfactory"
+    params = spec.params()
+    assert params["workers"] == "3"
+    assert params["config.lr"] == "0.1"
+    assert params["config.model.layers"] == "2"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"workers": 0}, "workers must be at least 1"),
+        ({"workers": 1.5}, "whole number"),
+        ({"workers": "2"}, "must be a number"),
+        ({"cpus_per_worker": -1}, "at least 0"),
+        ({"cpus_per_worker": 0, "gpus_per_worker": 0}, "needs some CPU or GPU"),
+        ({"max_failures": -2}, "at least -1"),
+        ({"config": [1, 2]}, "config must be a dict"),
+        ({"experiment": " "}, "must not be empty"),
+        ({"working_dir": "/does/not/exist"}, "does not exist"),
+        ({"env": ["NOEQUALS"]}, "KEY=VALUE"),
+        ({"env": ["1BAD=x"]}, "not a valid environment variable"),
+    ],
+)
+def test_bad_specs_raise_one_sentence(kwargs, message):
+    with pytest.raises(SpecError, match=message) as err:
+        JobSpec("train", **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_parse_env_and_flatten():
+    assert parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+    assert flatten({"a": {"b": [1, 2]}, "c": "s"}) == {"a.b.0": "1", "a.b.1": "2", "c": "s"}
+
+
+def test_resource_check_names_the_shortfall():
+    nodes = [{"CPU": 2.0}, {"CPU": 4.0}]
+    _check_resources(nodes, JobSpec("f", workers=6, cpus_per_worker=1))  # fits exactly
+    with pytest.raises(SpecError, match=r"No node of the cluster has 1 CPU, 1 GPU .*GPU 0\)"):
+        _check_resources(nodes, JobSpec("f", workers=1, gpus_per_worker=1))
+    with pytest.raises(SpecError, match="at most 3 workers of 2 CPU, but 4"):
+        _check_resources(nodes, JobSpec("f", workers=4, cpus_per_worker=2))
+    with pytest.raises(SpecError, match="largest have CPU 4"):
+        _check_resources(nodes, JobSpec("f", workers=1, cpus_per_worker=8))
+
+
+def test_command_parser():
+    ns = parse("launch train --workers 4 --pip numpy scipy --env A=1 --env B=2")
+    assert (ns.command, ns.target, ns.workers) == ("launch", "train", 4)
+    assert ns.pip == ["numpy", "scipy"] and ns.env == ["A=1", "B=2"]
+    for line, message in [
+        ("", "Give a subcommand"),
+        ("frobnicate", "invalid choice"),
+        ("launch", "required: FUNC"),
+        ("launch f --bogus 1", "unrecognized arguments"),
+        ("launch f --workers two", "invalid int value"),
+        ("launch f --workers 0", "at least 1"),
+        ("launch f --config '{", "Cannot parse the line"),
+    ]:
+        with pytest.raises(CommandError, match=message):
+            parse(line)
+
+
+def test_format_table():
+    text = format_table([{"job": "tf-1", "state": "RUNNING"}, {"job": "tf-22", "state": "-"}])
+    assert text.splitlines() == ["JOB    STATE", "tf-1   RUNNING", "tf-22  -"]
