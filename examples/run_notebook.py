@@ -18,8 +18,12 @@ from nbclient.exceptions import CellExecutionError
 
 def run(path: Path, timeout: int) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     try:
         client.execute()
     finally:
@@ -41,8 +45,10 @@ def main() -> int:
         return 1
     last = next(c for c in reversed(nb.cells) if c.cell_type == "code")
     text = "".join(o.get("text", "") for o in last.get("outputs", []) if o.output_type == "stream")
-    print(f"{args.notebook} ran in {time.time() - started:.0f} s "
-          f"(executed copy: {args.notebook.with_suffix('.out.ipynb')})")
+    print(
+        f"{args.notebook} ran in {time.time() - started:.0f} s "
+        f"(executed copy: {args.notebook.with_suffix('.out.ipynb')})"
+    )
     print(text.rstrip())
     return 0
 

@@ -214,11 +214,10 @@ class JobManager:
     def jobs_client(self):
         """The Ray ``JobSubmissionClient`` (token auth from ``RAY_AUTH_TOKEN_PATH``)."""
         if self._jobs_client is None:
+            import ray._private.runtime_env.packaging as packaging
             import ray.dashboard.modules.dashboard_sdk as sdk
             import ray.dashboard.modules.job.sdk as job_sdk
             from ray.job_submission import JobSubmissionClient
-
-            import ray._private.runtime_env.packaging as packaging
 
             # Ray's upload chatter belongs in the job's logs, not in the notebook.
             for logger in (sdk.logger, job_sdk.logger, packaging.default_logger):

@@ -38,8 +38,13 @@ def _wait_for(predicate, timeout=180, poll=0.5):
 
 @pytest.mark.timeout(300)
 def test_two_worker_job_is_recorded(manager, mlflow_client, jobs):
-    job = launch(train_fns.short_loop, workers=2, config={"steps": 6, "lr": 0.05},
-                 experiment="tests", run_name="short")
+    job = launch(
+        train_fns.short_loop,
+        workers=2,
+        config={"steps": 6, "lr": 0.05},
+        experiment="tests",
+        run_name="short",
+    )
     jobs.append(job)
     assert job.status() in ("PENDING", "RUNNING")
     assert job.wait(timeout=240) == "SUCCEEDED"

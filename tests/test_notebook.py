@@ -1,0 +1,30 @@
+"""examples/quickstart.ipynb executed in a real kernel (nbclient): the main job, end to end."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.job
+@pytest.mark.timeout(600)
+def test_quickstart_notebook_reaches_090(services):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "run_notebook.py"),
+            str(ROOT / "examples" / "quickstart.ipynb"),
+            "--timeout",
+            "500",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=580,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "SUCCEEDED, run FINISHED" in result.stdout
+    accuracy = float(result.stdout.split("final validation accuracy: ")[1].split()[0])
+    assert accuracy >= 0.90
