@@ -147,7 +147,10 @@ def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> 
         return "PENDING"
     if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
         return {"SUCCEEDED": "SUCCEEDED", "FAILED": "FAILED", "STOPPED": "STOPPED"}[ray_status]
-    return tags.get(TAG.STATE, "PENDING")
+    state = tags.get(TAG.STATE, "PENDING")
+    # The recorder writes the final state tag just before it closes the run: until the
+    # run is closed (or Ray says the driver ended) the job is still finishing.
+    return "RUNNING" if state in TERMINAL_STATES else state
 
 
 def job_info(run, state: str, tracking_uri: str) -> JobInfo:

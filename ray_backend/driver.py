@@ -37,7 +37,8 @@ def _resources_text(spec: dict[str, Any]) -> str:
     parts = [f"{spec['cpus_per_worker']:g} CPU"]
     if spec["gpus_per_worker"]:
         parts.append(f"{spec['gpus_per_worker']:g} GPU")
-    return f"{spec['workers']} workers x ({', '.join(parts)})"
+    n = spec["workers"]
+    return f"{n} worker{'s' if n != 1 else ''} x ({', '.join(parts)})"
 
 
 def _start_samplers(ray, recorder) -> list[Any]:

@@ -77,6 +77,13 @@ def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
     jobs.append(job)
     _wait_for(lambda: job.info().step is not None and job.info().step >= 2)
     assert job.status() == "RUNNING"
+    # The cluster's 2 CPUs are busy: a third worker exists but must wait, it is no error.
+    waiting = launch(train_fns.long_loop, workers=1, experiment="tests")
+    jobs.append(waiting)
+    info = _wait_for(lambda: (i := waiting.info()).reason.startswith("waiting") and i)
+    assert info.state == "PENDING"
+    assert info.reason == "waiting for resources: 1 worker x (1 CPU)"
+    assert waiting.stop() == "STOPPED"
     assert job.stop() == "STOPPED"
     run = mlflow_client.get_run(job.run_id)
     assert run.info.status == "KILLED"

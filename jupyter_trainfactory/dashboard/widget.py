@@ -7,6 +7,7 @@ when the dashboard is created for a job that already has points.
 
 from __future__ import annotations
 
+import functools
 import html
 import threading
 
@@ -41,6 +42,24 @@ def _fmt_number(value: float | None, unit: str = "") -> str:
         return "-"
     text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return f"{text} {unit}".strip()
+
+
+@functools.cache
+def _plot_class():
+    """A ``jupyter_bokeh.BokehModel`` whose ``close()`` may be called twice.
+
+    jupyter_bokeh 4.1's ``close()`` raises KeyError the second time, and ipywidgets
+    calls ``close()`` again from ``__del__`` after the dashboard closed it.
+    """
+    from jupyter_bokeh import BokehModel
+
+    class Plot(BokehModel):
+        def close(self) -> None:
+            if not getattr(self, "_trainfactory_closed", False):
+                self._trainfactory_closed = True
+                super().close()
+
+    return Plot
 
 
 class JobDashboard(widgets.VBox):
@@ -162,7 +181,6 @@ class JobDashboard(widgets.VBox):
         if key not in self._figures:
             from bokeh.models import ColumnDataSource
             from bokeh.plotting import figure
-            from jupyter_bokeh import BokehModel
 
             cds = ColumnDataSource({"step": [], "value": []})
             fig = figure(
@@ -176,7 +194,7 @@ class JobDashboard(widgets.VBox):
             fig.line("step", "value", source=cds, line_width=2)
             fig.scatter("step", "value", source=cds, size=4)
             fig.toolbar.logo = None
-            view = BokehModel(fig)
+            view = _plot_class()(fig)
             self._figures[key] = (view, cds)
             self._plots.children = (*self._plots.children, view)
         _, cds = self._figures[key]
