@@ -18,9 +18,10 @@ def get_manager(
 ) -> JobManager:
     """The JobManager for this target (cached); None values mean the embedded default."""
     key = (address, tracking_uri, storage)
-    if key not in _managers:
-        _managers[key] = JobManager(address, tracking_uri, storage)
-    return _managers[key]
+    manager = _managers.get(key)
+    if manager is None or not manager.services_alive():  # restarted services: new ports
+        manager = _managers[key] = JobManager(address, tracking_uri, storage)
+    return manager
 
 
 def launch(

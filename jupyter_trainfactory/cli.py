@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from . import api
-from .commands import CommandError, build_parser, format_table, parse, spec_from_args
+from .commands import (
+    CommandError,
+    build_parser,
+    first_line,
+    format_table,
+    is_service_error,
+    parse,
+    spec_from_args,
+)
 from .jobs import JobNotFound
 from .services import ServiceError, describe, ensure_services, stop_services
 from .spec import SpecError
@@ -111,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     except (CommandError, SpecError, JobNotFound, ServiceError, TimeoutError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not is_service_error(exc):
+            raise
+        print(f"{PROG}: error: a service did not answer: {first_line(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

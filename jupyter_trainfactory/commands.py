@@ -13,7 +13,15 @@ from typing import Any
 
 from .spec import JobSpec
 
-__all__ = ["CommandError", "build_parser", "format_table", "parse", "spec_from_args"]
+__all__ = [
+    "CommandError",
+    "build_parser",
+    "first_line",
+    "format_table",
+    "is_service_error",
+    "parse",
+    "spec_from_args",
+]
 
 
 class CommandError(Exception):
@@ -157,3 +165,17 @@ def format_table(rows: list[dict[str, str]]) -> str:
     lines = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
     lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (its type name when empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def is_service_error(exc: BaseException) -> bool:
+    """MLflow or HTTP errors talking to the tracking server or the Ray dashboard."""
+    from mlflow.exceptions import MlflowException
+    from requests.exceptions import RequestException
+
+    return isinstance(exc, (MlflowException, RequestException, ConnectionError))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tracking
-from .services import Services, ensure_services, state_dir
+from .services import ServiceProcess, Services, ensure_services, state_dir
 from .spec import JobSpec, SpecError, current_owner
 from .tracking import TAG
 
@@ -183,6 +183,15 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
     )
 
 
+def _local_head_alive(head: str) -> bool:
+    """Whether the embedded Ray head recorded as ``pid:start_time`` still runs."""
+    pid, _, created = head.partition(":")
+    try:
+        return ServiceProcess("ray", int(pid), float(created), "", "").alive()
+    except ValueError:
+        return False
+
+
 class JobManager:
     """Submits and tracks jobs on one Ray cluster with one MLflow tracking server.
 
@@ -203,6 +212,7 @@ class JobManager:
         storage: str | None = None,
     ):
         self.local = address is None
+        self._embedded = {"ray": address is None, "mlflow": tracking_uri is None}
         self._services: Services | None = None
         if address is None or tracking_uri is None:
             self._services = ensure_services(ray=address is None, mlflow=tracking_uri is None)
@@ -211,6 +221,13 @@ class JobManager:
         self.storage = storage or (self._services.storage_path if self._services else None)
         self._jobs_client = None
         self._mlflow = tracking.client(self.tracking_uri)
+
+    def services_alive(self) -> bool:
+        """False when an embedded service this manager uses has stopped since."""
+        if self._services is None:
+            return True
+        procs = self._services.processes
+        return all(n in procs and procs[n].alive() for n, used in self._embedded.items() if used)
 
     # -- clients -----------------------------------------------------------------
     @property
@@ -280,6 +297,7 @@ class JobManager:
             TAG.JOB_ID: job_id,
             TAG.SUBMISSION: submission_id,
             TAG.DASHBOARD: self.address,
+            TAG.LOCAL_HEAD: self._local_head(),
             TAG.OWNER: spec.owner,
             TAG.SOURCE: spec.source,
             TAG.FUNCTION: spec.function_name,
@@ -320,6 +338,13 @@ class JobManager:
             raise SpecError(f"Ray refused the job: {str(exc).splitlines()[0]}") from exc
         return Job(job_id, run.info.run_id, self)
 
+    def _local_head(self) -> str:
+        """``pid:start_time`` of the embedded Ray head, "" for other clusters."""
+        if not self.local or self._services is None:
+            return ""
+        head = self._services.processes["ray"]
+        return f"{head.pid}:{head.create_time}"
+
     def _python(self) -> str:
         return sys.executable if self.local else "python"
 
@@ -353,20 +378,30 @@ class JobManager:
         return run
 
     def _ray_status(self, run) -> tuple[str | None, str]:
-        """(Ray job status or None when Ray does not know it, Ray's message)."""
-        submission = run.data.tags.get(TAG.SUBMISSION, "")
-        address = run.data.tags.get(TAG.DASHBOARD, self.address)
+        """(Ray's job status, Ray's message) for the job's current submission.
+
+        The status is None when the job is gone for good (Ray does not know the
+        submission, or the local head that ran it has stopped), and ``"UNKNOWN"`` when
+        the job ran on a cluster this manager does not talk to.
+        """
+        tags = run.data.tags
+        address = tags.get(TAG.DASHBOARD, self.address)
         if address != self.address:
-            return None, f"the job ran on another cluster ({address})"
+            head = tags.get(TAG.LOCAL_HEAD, "")
+            if head and not _local_head_alive(head):
+                return (
+                    None,
+                    f"the local Ray head that ran it (pid {head.split(':')[0]}) has stopped",
+                )
+            return "UNKNOWN", f"the job ran on another cluster ({address})"
         try:
-            info = self.jobs_client.get_job_info(submission)
+            info = self.jobs_client.get_job_info(tags.get(TAG.SUBMISSION, ""))
         except SpecError:
             raise
         except Exception as exc:  # 404: the cluster does not know this submission
             return None, str(exc).splitlines()[0] if str(exc) else ""
-        return str(
-            info.status.value if hasattr(info.status, "value") else info.status
-        ), info.message or ""
+        status = info.status.value if hasattr(info.status, "value") else info.status
+        return str(status), info.message or ""
 
     def info(self, job_id: str, reconcile: bool = True) -> JobInfo:
         """The job's state (design table "Job states"), reconciling a run its driver left open."""
@@ -380,17 +415,10 @@ class JobManager:
         if run_status == "RUNNING":
             ray_status, message = self._ray_status(run)
         state = job_state(run_status, ray_status, tags)
-        if (
-            reconcile
-            and run_status == "RUNNING"
-            and (ray_status in _RAY_TO_RUN or ray_status is None)
-        ):
-            if ray_status is None and tags.get(TAG.DASHBOARD, self.address) != self.address:
-                pass  # another cluster's job: only that cluster can say
-            else:
-                run = self._reconcile(run, ray_status, message)
-                tags, run_status = run.data.tags, run.info.status
-                state = job_state(run_status, None, tags)
+        gone = ray_status is None or ray_status in _RAY_TO_RUN
+        if reconcile and run_status == "RUNNING" and gone:
+            run = self._reconcile(run, ray_status, message)
+            state = job_state(run.info.status, None, run.data.tags)
         return job_info(run, state, self.tracking_uri)
 
     def _reconcile(self, run, ray_status: str | None, message: str):
@@ -400,7 +428,7 @@ class JobManager:
         run_id = run.info.run_id
         if ray_status is None:
             status, state = "FAILED", "FAILED"
-            error = f"The Ray cluster no longer knows this job ({message})."
+            error = f"The job is lost: {message}."
         else:
             status = _RAY_TO_RUN[ray_status]
             state = {"FINISHED": "SUCCEEDED", "FAILED": "FAILED", "KILLED": "STOPPED"}[status]
@@ -454,7 +482,7 @@ class JobManager:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ray_status, _ = self._ray_status(run)
-            if ray_status is None or ray_status in _RAY_TO_RUN:
+            if ray_status in (None, "UNKNOWN") or ray_status in _RAY_TO_RUN:
                 break
             time.sleep(0.5)
         return self.info(job_id)

@@ -12,7 +12,15 @@ from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
 from . import api
-from .commands import CommandError, build_parser, format_table, parse, spec_from_args
+from .commands import (
+    CommandError,
+    build_parser,
+    first_line,
+    format_table,
+    is_service_error,
+    parse,
+    spec_from_args,
+)
 from .jobs import JobNotFound
 from .services import ServiceError, describe, ensure_services, stop_services
 from .spec import SpecError
@@ -100,6 +108,10 @@ class TrainMagics(Magics, Configurable):
             return getattr(self, f"_cmd_{ns.command}")(ns)
         except _USER_ERRORS as exc:
             raise UsageError(str(exc)) from None
+        except Exception as exc:
+            if not is_service_error(exc):
+                raise
+            raise UsageError(f"A service did not answer: {first_line(exc)}") from None
 
     def _cmd_help(self, ns) -> None:
         print(self._parser.format_help())

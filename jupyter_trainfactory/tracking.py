@@ -30,6 +30,7 @@ class TAG:
     JOB_ID = "trainfactory.job_id"
     SUBMISSION = "trainfactory.ray_submission_id"
     DASHBOARD = "trainfactory.ray_dashboard"
+    LOCAL_HEAD = "trainfactory.local_head"
     OWNER = "trainfactory.owner"
     SOURCE = "trainfactory.source"
     FUNCTION = "trainfactory.function"

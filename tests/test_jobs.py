@@ -114,3 +114,30 @@ def test_training_error_fails_the_job_with_its_last_line(manager, mlflow_client,
     assert run.info.status == "FAILED"
     assert "bad batch at step 2" in run.data.tags[TAG.ERROR]
     assert "bad batch at step 2" in job.info().error
+
+
+def _fake_job_run(mlflow_client, job_id, **tags):
+    from jupyter_trainfactory.tracking import create_job_run
+
+    base = {TAG.JOB_ID: job_id, TAG.SUBMISSION: f"{job_id}-0", TAG.STATE: "RUNNING"}
+    return create_job_run(mlflow_client, "tests", "orphan", {**base, **tags}, {})
+
+
+def test_job_of_a_stopped_local_head_is_reconciled(manager, mlflow_client):
+    # Recorded by an earlier local head (other port, pid 1 with another start time).
+    run = _fake_job_run(
+        mlflow_client,
+        "tf-0badc0de",
+        **{TAG.DASHBOARD: "http://127.0.0.1:1", TAG.LOCAL_HEAD: "1:12.5"},
+    )
+    info = manager.info("tf-0badc0de")
+    assert info.state == "FAILED"
+    assert "local Ray head that ran it (pid 1) has stopped" in info.error
+    assert mlflow_client.get_run(run.info.run_id).info.status == "FAILED"
+
+
+def test_job_of_another_cluster_is_left_alone(manager, mlflow_client):
+    run = _fake_job_run(mlflow_client, "tf-0ddba11a", **{TAG.DASHBOARD: "http://10.9.9.9:8265"})
+    assert manager.info("tf-0ddba11a").state == "RUNNING"  # only that cluster can say
+    assert mlflow_client.get_run(run.info.run_id).info.status == "RUNNING"
+    mlflow_client.set_terminated(run.info.run_id, "KILLED")
