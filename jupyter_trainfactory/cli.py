@@ -12,6 +12,7 @@ from .commands import (
     CommandError,
     build_parser,
     first_line,
+    format_status,
     format_table,
     is_service_error,
     parse,
@@ -88,8 +89,7 @@ def _run(ns) -> int:
         if not ns.job:
             raise CommandError(f"{ns.command} needs a job id (see `{PROG} list`).")
         info = api.get_manager(**target).info(ns.job)
-        row = {**info.as_row(), "mlflow": info.run_url or info.run_id}
-        print("\n".join(f"{k:>10}: {v}" for k, v in row.items() if v))
+        print(format_status(info))
     elif ns.command == "logs":
         if not ns.job:
             raise CommandError(f"logs needs a job id (see `{PROG} list`).")

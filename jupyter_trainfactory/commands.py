@@ -17,6 +17,7 @@ __all__ = [
     "CommandError",
     "build_parser",
     "first_line",
+    "format_status",
     "format_table",
     "is_service_error",
     "parse",
@@ -154,6 +155,12 @@ def spec_from_args(
         storage=ns.storage or defaults.get("storage"),
         source=source,
     )
+
+
+def format_status(info) -> str:
+    """``%train status`` text of a :class:`~.jobs.JobInfo`: one ``field: value`` a line."""
+    row = {**info.as_row(), "mlflow": info.run_url or info.run_id}
+    return "\n".join(f"{k:>10}: {v}" for k, v in row.items() if v)
 
 
 def format_table(rows: list[dict[str, str]]) -> str:

@@ -16,6 +16,7 @@ from .commands import (
     CommandError,
     build_parser,
     first_line,
+    format_status,
     format_table,
     is_service_error,
     parse,
@@ -144,9 +145,7 @@ class TrainMagics(Magics, Configurable):
 
     def _cmd_status(self, ns) -> None:
         info = self._manager(ns).info(self._job_id(ns))
-        row = info.as_row()
-        row["mlflow"] = info.run_url or info.run_id
-        print("\n".join(f"{k:>10}: {v}" for k, v in row.items() if v))
+        print(format_status(info))
 
     def _cmd_list(self, ns) -> None:
         jobs = self._manager(ns).list(all_users=ns.all)
