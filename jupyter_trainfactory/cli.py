@@ -10,10 +10,12 @@ from typing import Any
 from . import api
 from .commands import (
     CommandError,
+    HelpShown,
     build_parser,
     first_line,
     format_status,
     format_table,
+    help_text,
     is_service_error,
     parse,
     spec_from_args,
@@ -60,7 +62,7 @@ def _run(ns) -> int:
         "tracking_uri": getattr(ns, "tracking_uri", None),
     }
     if ns.command == "help":
-        print(build_parser(PROG, "FILE.py:FUNC").format_help())
+        print(help_text(build_parser(PROG, "FILE.py:FUNC"), ns.topic))
     elif ns.command == "launch":
         fn, source = load_function(ns.target)
         config: Any = {}
@@ -81,7 +83,8 @@ def _run(ns) -> int:
         print(f"job {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
         if ns.wait:
             state = job.wait()
-            print(f"job {job.id}: {state}")
+            detail = job.info().error if state == "FAILED" else ""
+            print(f"job {job.id}: {state}" + (f" ({detail})" if detail else ""))
             return 0 if state == "SUCCEEDED" else 1
     elif ns.command == "list":
         print(format_table([j.as_row() for j in api.get_manager(**target).list(all_users=ns.all)]))
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ns = parse(argv or ["help"], build_parser(PROG, "FILE.py:FUNC"))
         return _run(ns)
+    except HelpShown:  # argparse printed the help of -h
+        return 0
     except (CommandError, SpecError, JobNotFound, ServiceError, TimeoutError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2

@@ -15,10 +15,12 @@ from .spec import JobSpec
 
 __all__ = [
     "CommandError",
+    "HelpShown",
     "build_parser",
     "first_line",
     "format_status",
     "format_table",
+    "help_text",
     "is_service_error",
     "parse",
     "spec_from_args",
@@ -29,12 +31,19 @@ class CommandError(Exception):
     """Bad command-line input; the message is one sentence for the user."""
 
 
+class HelpShown(Exception):  # noqa: N818 (a signal, not an error)
+    """``-h`` / ``help`` printed the help text; nothing else to do."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print usage and sys.exit(2)
-        raise CommandError(f"{self.prog}: {message}")
+        sub = self.prog.rsplit(" ", 1)[-1] if " " in self.prog else ""
+        raise CommandError(f"{sub}: {message}" if sub and sub != "trainfactory" else message)
 
     def exit(self, status: int = 0, message: str | None = None):
-        raise CommandError(message.strip() if message else f"{self.prog}: exited")
+        if status == 0:
+            raise HelpShown()
+        raise CommandError(message.strip() if message else "exited")
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
@@ -44,12 +53,10 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.ArgumentParser:
     """The parser of every subcommand; errors raise :class:`CommandError` (never exit)."""
-    parser = _Parser(
-        prog=prog, add_help=False, description="Launch, watch and control Ray Train jobs."
-    )
+    parser = _Parser(prog=prog, description="Launch, watch and control Ray Train jobs.")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
 
-    launch = sub.add_parser("launch", help="start a training job", add_help=False)
+    launch = sub.add_parser("launch", help="start a training job")
     launch.add_argument(
         "target", metavar=launch_target, help="the training function: takes one config dict"
     )
@@ -88,22 +95,31 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         ("attach", "dashboard of a job"),
         ("stop", "stop a job"),
     ):
-        p = sub.add_parser(name, help=text, add_help=False)
+        p = sub.add_parser(name, help=text)
         p.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
         _add_target(p)
-    logs = sub.add_parser("logs", help="a job's driver log", add_help=False)
+    logs = sub.add_parser("logs", help="a job's driver log")
     logs.add_argument("job", nargs="?", metavar="JOB")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     _add_target(logs)
-    lst = sub.add_parser("list", help="jobs, newest first", add_help=False)
+    lst = sub.add_parser("list", help="jobs, newest first")
     lst.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
     _add_target(lst)
-    services = sub.add_parser(
-        "services", help="the local Ray head and MLflow server", add_help=False
-    )
+    services = sub.add_parser("services", help="the local Ray head and MLflow server")
     services.add_argument("action", nargs="?", choices=["show", "start", "stop"], default="show")
-    sub.add_parser("help", help="this help", add_help=False)
+    helper = sub.add_parser("help", help="this help, or a subcommand's")
+    helper.add_argument("topic", nargs="?", metavar="SUBCOMMAND")
     return parser
+
+
+def help_text(parser: argparse.ArgumentParser, topic: str | None = None) -> str:
+    """The help of the whole command, or of one subcommand (``help launch``)."""
+    if topic:
+        for action in parser._subparsers._group_actions:  # argparse keeps them here
+            if topic in action.choices:
+                return action.choices[topic].format_help()
+        raise CommandError(f"No subcommand {topic!r}; see the list with help.")
+    return parser.format_help()
 
 
 def parse(

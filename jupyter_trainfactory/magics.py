@@ -14,10 +14,12 @@ from traitlets.config import Configurable
 from . import api
 from .commands import (
     CommandError,
+    HelpShown,
     build_parser,
     first_line,
     format_status,
     format_table,
+    help_text,
     is_service_error,
     parse,
     spec_from_args,
@@ -107,6 +109,8 @@ class TrainMagics(Magics, Configurable):
         try:
             ns = parse(line, self._parser)
             return getattr(self, f"_cmd_{ns.command}")(ns)
+        except HelpShown:  # argparse printed the help of -h
+            return None
         except _USER_ERRORS as exc:
             raise UsageError(str(exc)) from None
         except Exception as exc:
@@ -115,7 +119,7 @@ class TrainMagics(Magics, Configurable):
             raise UsageError(f"A service did not answer: {first_line(exc)}") from None
 
     def _cmd_help(self, ns) -> None:
-        print(self._parser.format_help())
+        print(help_text(self._parser, ns.topic))
 
     def _cmd_launch(self, ns):
         user_ns = self.shell.user_ns

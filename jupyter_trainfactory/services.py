@@ -294,7 +294,27 @@ def load_services(home: Path | None = None) -> Services | None:
 
 
 def _export(services: Services) -> None:
+    """Make every Ray client of this process authenticate to this cluster.
+
+    Ray reads its auth mode and token when it is first imported, so a process that
+    imported ``ray`` before the services were known (a training file that starts with
+    ``import ray.train``) must refresh Ray's config and token cache after the export.
+    """
     os.environ.update(services.client_env())
+    if "ray" not in sys.modules:
+        return  # Ray will read the variables when it is imported
+    try:
+        from ray._raylet import (
+            AuthenticationMode,
+            AuthenticationTokenLoader,
+            Config,
+            get_authentication_mode,
+        )
+    except ImportError:  # a Ray without token authentication
+        return
+    if get_authentication_mode() != AuthenticationMode.TOKEN:
+        Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def ensure_services(ray: bool = True, mlflow: bool = True) -> Services:
@@ -349,7 +369,8 @@ def ensure_services(ray: bool = True, mlflow: bool = True) -> Services:
             _state_file(home).write_text(services.to_json())
             raise
         _state_file(home).write_text(services.to_json())
-    _export(services)
+    if ray:  # a remote cluster keeps the user's own Ray auth settings
+        _export(services)
     return services
 
 

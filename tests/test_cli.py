@@ -54,3 +54,12 @@ def test_launch_a_file_function_and_wait(services):
     status = _run("status", job_id)
     assert "SUCCEEDED" in status.stdout and "step: 3" in status.stdout
     assert "Running entrypoint" in _run("logs", job_id, "--tail", "200").stdout
+
+
+def test_help_at_every_level():
+    assert "launch" in _run("--help").stdout
+    for args in (["launch", "-h"], ["help", "launch"]):
+        result = _run(*args)
+        assert result.returncode == 0 and "--workers" in result.stdout, args
+    result = _run("launch", "f.py:x", "--bogus")
+    assert result.stderr.strip() == "jupyter trainfactory: error: unrecognized arguments: --bogus"

@@ -63,3 +63,5 @@ def test_services_and_config(ip, services, capsys):
     assert magics.experiment == "from-config"
     ip.run_line_magic("train", "help")
     assert "launch" in capsys.readouterr().out
+    ip.run_line_magic("train", "launch -h")  # prints the subcommand's help, no error
+    assert "--cpus-per-worker" in capsys.readouterr().out

@@ -1,11 +1,16 @@
-"""Training functions used by the tests (shipped by value to the cluster)."""
+"""Training functions used by the tests (shipped by value to the cluster).
+
+``ray.train`` is imported at the top on purpose, as most training files do: importing
+Ray before the embedded services exist must not break authentication.
+"""
 
 import time
+
+import ray.train
 
 
 def short_loop(config):
     """Reports ``config["steps"]`` times, with ``samples`` and a metric per report."""
-    import ray.train
 
     for i in range(config["steps"]):
         time.sleep(config.get("sleep", 0.05))
@@ -14,7 +19,6 @@ def short_loop(config):
 
 def long_loop(config):
     """Reports forever (until stopped or killed)."""
-    import ray.train
 
     i = 0
     while True:
@@ -25,7 +29,6 @@ def long_loop(config):
 
 def failing_loop(config):
     """Fails on its second report."""
-    import ray.train
 
     ray.train.report({"loss": 1.0})
     raise ValueError("bad batch at step 2")
