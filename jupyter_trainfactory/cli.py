@@ -18,10 +18,11 @@ from .commands import (
     help_text,
     is_service_error,
     parse,
+    services_text,
     spec_from_args,
 )
 from .jobs import JobNotFound
-from .services import ServiceError, describe, ensure_services, stop_services
+from .services import ServiceError
 from .spec import SpecError
 
 __all__ = ["load_function", "main"]
@@ -103,13 +104,7 @@ def _run(ns) -> int:
         info = api.get_manager(**target).stop(ns.job)
         print(f"{info.job_id}: {info.state}")
     elif ns.command == "services":
-        if ns.action == "stop":
-            stopped = stop_services()
-            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-            return 0
-        if ns.action == "start":
-            ensure_services()
-        print(format_table(describe()))
+        print(services_text(ns.action))
     return 0
 
 

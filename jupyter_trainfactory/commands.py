@@ -23,6 +23,7 @@ __all__ = [
     "help_text",
     "is_service_error",
     "parse",
+    "services_text",
     "spec_from_args",
 ]
 
@@ -202,3 +203,15 @@ def is_service_error(exc: BaseException) -> bool:
     from requests.exceptions import RequestException
 
     return isinstance(exc, (MlflowException, RequestException, ConnectionError))
+
+
+def services_text(action: str) -> str:
+    """Do ``services show|start|stop`` on the embedded services; return what to print."""
+    from .services import describe, ensure_services, stop_services
+
+    if action == "stop":
+        stopped = stop_services()
+        return "stopped: " + (", ".join(stopped) if stopped else "nothing was running")
+    if action == "start":
+        ensure_services()
+    return format_table(describe())

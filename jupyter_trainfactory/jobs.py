@@ -93,15 +93,18 @@ def _function_source(fn: Callable) -> str:
         return ""
 
 
-def _payload_dir(job_id: str, meta: dict[str, Any], fn: Callable) -> Path:
-    """Write the job's payload as an importable package shipped with runtime_env py_modules."""
+def _payload_dir(job_id: str, fn: Callable) -> Path:
+    """Write the job's payload as an importable package shipped with runtime_env py_modules.
+
+    The function is pickled first, so an unshippable one fails before a run exists;
+    ``job.json`` is added once the run id is known.
+    """
     import cloudpickle
 
     module = f"_tf_payload_{job_id.replace('-', '_')}"
     path = state_dir() / "jobs" / job_id / module
     path.mkdir(parents=True, exist_ok=True)
     (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
-    (path / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
     try:
         (path / "function.pkl").write_bytes(cloudpickle.dumps(fn))
     except Exception as exc:
@@ -308,7 +311,7 @@ class JobManager:
             "mlflow.user": spec.owner,
             "mlflow.source.name": spec.source or spec.function_name,
         }
-        payload = _payload_dir(job_id, {**meta, "run_id": ""}, fn)
+        payload = _payload_dir(job_id, fn)
         try:
             run = tracking.create_job_run(
                 self._mlflow, spec.experiment, spec.run_name, tags, spec.params()

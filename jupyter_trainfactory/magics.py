@@ -22,10 +22,11 @@ from .commands import (
     help_text,
     is_service_error,
     parse,
+    services_text,
     spec_from_args,
 )
 from .jobs import JobNotFound
-from .services import ServiceError, describe, ensure_services, stop_services
+from .services import ServiceError
 from .spec import SpecError
 
 __all__ = ["TrainMagics"]
@@ -175,11 +176,5 @@ class TrainMagics(Magics, Configurable):
         self._show(job)
 
     def _cmd_services(self, ns) -> None:
-        if ns.action == "stop":
-            stopped = stop_services()
-            api._managers.clear()
-            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
-            return
-        if ns.action == "start":
-            ensure_services()
-        print(format_table(describe()))
+        # A cached manager notices stopped services itself (api.get_manager).
+        print(services_text(ns.action))
