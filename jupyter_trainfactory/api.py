@@ -41,12 +41,15 @@ def launch(
     tracking_uri: str | None = None,
     storage: str | None = None,
     source: str = "",
+    peak_tflops: float | None = None,
+    flops_per_token: float | None = None,
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
     ``fn`` is ordinary Ray Train code taking one ``config`` dict. Returns a :class:`Job`
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
-    ``job.dashboard()``).
+    ``job.dashboard()``). ``peak_tflops`` (per accelerator) and ``flops_per_token``
+    override what MFU is computed from (see :class:`~.spec.JobSpec`).
 
     Raises
     ------
@@ -76,6 +79,8 @@ def launch(
         tracking_uri=tracking_uri,
         storage=storage,
         source=source,
+        peak_tflops=peak_tflops,
+        flops_per_token=flops_per_token,
     )
     return get_manager(address, tracking_uri, storage).submit(fn, spec)
 

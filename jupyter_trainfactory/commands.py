@@ -88,6 +88,18 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         help="environment variables of the job",
     )
     launch.add_argument("--storage", help="Ray Train storage path (shared by all nodes)")
+    launch.add_argument(
+        "--peak-tflops",
+        type=float,
+        metavar="TFLOPS",
+        help="peak dense TFLOP/s of one accelerator for MFU (default: looked up by GPU name)",
+    )
+    launch.add_argument(
+        "--flops-per-token",
+        type=float,
+        metavar="FLOPS",
+        help="training FLOPs per token (default: 6N + attention, from the model)",
+    )
     launch.add_argument("--wait", action="store_true", help="block until the job ends")
     _add_target(launch)
 
@@ -171,6 +183,8 @@ def spec_from_args(
         tracking_uri=ns.tracking_uri or defaults.get("tracking_uri"),
         storage=ns.storage or defaults.get("storage"),
         source=source,
+        peak_tflops=ns.peak_tflops,
+        flops_per_token=ns.flops_per_token,
     )
 
 

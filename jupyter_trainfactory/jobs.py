@@ -255,16 +255,26 @@ class JobManager:
                 ) from exc
         return self._jobs_client
 
-    def _node_resources(self) -> list[dict[str, float]]:
+    def _node_resources(self, settle_s: float = 15.0) -> list[dict[str, float]]:
+        """Total resources of each alive node.
+
+        A head started a moment ago lists itself before its resources are registered;
+        such a list (every node empty) is read again for up to ``settle_s`` seconds.
+        """
         from ray.util.state import list_nodes
 
-        nodes = list_nodes(
-            address=self.address,
-            filters=[("state", "=", "ALIVE")],
-            detail=True,
-            raise_on_missing_output=False,
-        )
-        return [dict(n.resources_total or {}) for n in nodes]
+        deadline = time.monotonic() + settle_s
+        while True:
+            nodes = list_nodes(
+                address=self.address,
+                filters=[("state", "=", "ALIVE")],
+                detail=True,
+                raise_on_missing_output=False,
+            )
+            resources = [dict(n.resources_total or {}) for n in nodes]
+            if any(resources) or time.monotonic() > deadline:
+                return resources
+            time.sleep(0.5)
 
     # -- submit ------------------------------------------------------------------
     def submit(self, fn: Callable[[dict], Any], spec: JobSpec) -> Job:

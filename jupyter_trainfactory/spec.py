@@ -93,6 +93,11 @@ class JobSpec:
         None means the embedded local default.
     source : str
         Notebook or script path the job was launched from ("" when unknown).
+    peak_tflops : float or None
+        Peak dense TFLOP/s of one accelerator (one worker on CPU) for ``train/mfu``;
+        None looks the GPU up in :data:`~.telemetry.flops.PEAK_TFLOPS` (no MFU on CPU).
+    flops_per_token : float or None
+        Training FLOPs per token, overriding ``6 * N`` (+ attention) from the model.
     """
 
     function_name: str
@@ -110,6 +115,8 @@ class JobSpec:
     tracking_uri: str | None = None
     storage: str | None = None
     source: str = ""
+    peak_tflops: float | None = None
+    flops_per_token: float | None = None
     owner: str = field(default_factory=current_owner)
 
     def __post_init__(self) -> None:
@@ -145,6 +152,13 @@ class JobSpec:
             self.pip = [self.pip]
         self.pip = [str(p) for p in (self.pip or [])]
         self.env = parse_env(self.env)
+        for name in ("peak_tflops", "flops_per_token"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_number(name, value, 0)
+                if value <= 0:
+                    raise SpecError(f"{name} must be above 0, got {value!r}.")
+                setattr(self, name, float(value))
 
     def runtime_env_extras(self) -> dict[str, Any]:
         """The user's part of the Ray runtime environment."""
@@ -166,6 +180,10 @@ class JobSpec:
         }
         if self.working_dir:
             params["working_dir"] = self.working_dir
+        if self.peak_tflops:
+            params["peak_tflops"] = f"{self.peak_tflops:g}"
+        if self.flops_per_token:
+            params["flops_per_token"] = f"{self.flops_per_token:g}"
         if self.pip:
             params["pip"] = " ".join(self.pip)[:6000]
         params.update({f"config.{k}": v[:6000] for k, v in flatten(self.config).items()})

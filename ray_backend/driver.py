@@ -41,10 +41,12 @@ def _resources_text(spec: dict[str, Any]) -> str:
     return f"{n} worker{'s' if n != 1 else ''} x ({', '.join(parts)})"
 
 
-def _start_samplers(ray, recorder) -> list[Any]:
+def _start_samplers(ray, recorder, job_id: str) -> list[Any]:
+    """One NodeSampler per alive node, named so that the node's workers can find it."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from ray_backend.sampler import NodeSampler
+    from ray_backend.session import RECORDER_NAMESPACE, sampler_name
 
     actor = ray.remote(NodeSampler)
     samplers = []
@@ -53,9 +55,12 @@ def _start_samplers(ray, recorder) -> list[Any]:
             continue
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
         samplers.append(
-            actor.options(num_cpus=0, scheduling_strategy=strategy).remote(
-                recorder, node["NodeManagerAddress"]
-            )
+            actor.options(
+                num_cpus=0,
+                scheduling_strategy=strategy,
+                name=sampler_name(job_id, node["NodeID"]),
+                namespace=RECORDER_NAMESPACE,
+            ).remote(recorder, node["NodeManagerAddress"])
         )
     return samplers
 
@@ -112,11 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             num_cpus=0,
             lifetime=None,
         )
-        .remote(meta["tracking_uri"], meta["run_id"])
+        .remote(
+            meta["tracking_uri"],
+            meta["run_id"],
+            gpus_per_worker=float(meta["spec"]["gpus_per_worker"]),
+            peak_tflops=meta["spec"].get("peak_tflops"),
+            flops_per_token=meta["spec"].get("flops_per_token"),
+        )
     )
     ray.get(recorder.ping.remote())
     recorder.set_state.remote("PENDING", f"waiting for resources: {_resources_text(meta['spec'])}")
-    samplers = _start_samplers(ray, recorder)
+    samplers = _start_samplers(ray, recorder, meta["job_id"])
     started = time.time()
     try:
         result = build_trainer(meta, fn, recorder).fit()
@@ -125,17 +136,19 @@ def main(argv: list[str] | None = None) -> int:
             raise error
     except _Stopped:
         print("trainfactory: job stopped", flush=True)
-        ray.get(recorder.finish.remote("KILLED", "STOPPED", reason="user"), timeout=10)
+        ray.get(
+            recorder.finish.remote("KILLED", "STOPPED", reason="user", timeout_s=20), timeout=30
+        )
         return 130
     except Exception as exc:
         logging.getLogger("trainfactory").exception("training failed")
-        ray.get(recorder.finish.remote("FAILED", "FAILED", error=last_line(exc)), timeout=30)
+        ray.get(recorder.finish.remote("FAILED", "FAILED", error=last_line(exc)), timeout=330)
         return 1
     finally:
         for sampler in samplers:
             sampler.stop.remote()
     print(f"trainfactory: training finished in {time.time() - started:.1f} s", flush=True)
-    ray.get(recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=60)
+    ray.get(recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=330)
     return 0
 
 

@@ -2,42 +2,114 @@
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import threading
 import time
+from collections import deque
 from typing import Any
 
-from jupyter_trainfactory.tracking import TAG, client, numeric_items, sanitize_key
+from jupyter_trainfactory.telemetry.flops import flops_per_token, lookup_peak
+from jupyter_trainfactory.telemetry.keys import KeyMapper, to_float
+from jupyter_trainfactory.telemetry.stats import EnergyMeter, JobThroughput, StepCounters, summarize
+from jupyter_trainfactory.tracking import TAG, client
 
-__all__ = ["RESERVED_KEYS", "RunRecorder"]
+__all__ = ["MAX_BATCH_METRICS", "RESERVED_KEYS", "RunRecorder"]
 
 #: Report keys with a meaning to this tool. ``step``: the report's step (else the
 #: report count). ``samples``: samples this rank processed since its previous report.
 RESERVED_KEYS = frozenset({"step", "samples"})
-_BATCH = 900  # MLflow log_batch accepts at most 1000 metrics per call
+#: MLflow's ``log_batch`` takes at most 1,000 metrics + params + tags per request
+#: (``mlflow.utils.validation.MAX_ENTITIES_PER_BATCH``); metrics go 900 at a time so the
+#: first request of a flush has room for up to 100 tags.
+MAX_BATCH_METRICS = 900
+_MAX_TAGS = 100
+_GPU_METRICS = ("utilization", "memory_used_mb", "power_w", "temperature_c", "sm_clock_mhz")
 
 
 class RunRecorder:
     """Buffers a job's metrics and tags and writes them to its MLflow run in batches.
 
-    Every method only appends to a buffer under a lock; a background thread flushes
-    the buffer with ``log_batch`` every ``flush_interval_s`` seconds, so callers (the
-    Ray Train controller callback, node samplers) never wait on MLflow.
+    Callers (the Ray Train controller callback, the workers' telemetry threads, the node
+    samplers) only append to in-memory queues; a background thread derives the job's
+    ``train/*`` numbers every ``derive_interval_s`` and writes the queues with
+    ``log_batch`` every ``flush_interval_s``.
 
-    Steps follow the design: a report's step is its ``step`` value, else the number
-    of reports so far; a step is written once (first write wins).
+    Delivery. A point is removed from its queue only when the request that carried it
+    succeeded; a failed request puts its points back, so when the tracking server is
+    away, points wait and are written when it returns. A retried request cannot create a
+    duplicate: MLflow's SQL store skips a metric whose key, step, timestamp and value are
+    already in the run. The queues hold at most ``max_queued`` points; beyond that the
+    oldest *system* points are dropped (and counted), never user or ``train/`` points.
+
+    Scale. Per-GPU and per-node series (``system/<node>/...``) are written at 1 Hz while
+    the job's per-device values number at most ``device_points_per_s``; above that each
+    node's series is written every ``n_values / device_points_per_s`` seconds (a
+    1,000-GPU job with 5 metrics per GPU: every 10 s). The live view always gets the
+    cluster ``min``/``mean``/``max`` of each GPU metric at 1 Hz
+    (``system/cluster/gpu_<metric>_<stat>``).
+
+    Steps follow the design: a report's step is its ``step`` value, else the number of
+    reports so far; a key's step is written once (first write wins). ``train/*`` numbers
+    use the steps completed by rank 0; system series their sample index.
     """
 
-    def __init__(self, tracking_uri: str, run_id: str, flush_interval_s: float = 0.5):
+    def __init__(
+        self,
+        tracking_uri: str,
+        run_id: str,
+        flush_interval_s: float = 0.5,
+        *,
+        gpus_per_worker: float = 0.0,
+        peak_tflops: float | None = None,
+        flops_per_token: float | None = None,
+        max_queued: int = 200_000,
+        device_points_per_s: float = 500.0,
+        derive_interval_s: float = 1.0,
+        mlflow_timeout_s: int = 30,
+    ):
+        # Our own retry loop replaces the MLflow client's (7 retries, minutes of backoff):
+        # a request fails fast and its points go back to the queue.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(mlflow_timeout_s))
         self._client = client(tracking_uri)
         self.run_id = run_id
         self._lock = threading.Lock()
-        self._metrics: list = []
+        self._user: deque = deque()  # user, train/, checkpoint/ points: never dropped
+        self._system: deque = deque()  # system/ points: dropped oldest-first beyond the bound
         self._tags: dict[str, str] = {}
+        self._keys = KeyMapper()
+        self._renamed_written = 0
+        self._last_step: dict[str, int] = {}
         self._reports = 0
-        self._last_step = -1
+        self._last_report_step = -1
         self._last_report_time: float | None = None
         self._samples_total = 0.0
         self._running_since: float | None = None
+        self._max_queued = max_queued
+        self._dropped = 0
+        self._nonfinite = 0
+        # derived numbers
+        self._throughput = JobThroughput(gpus_per_worker=gpus_per_worker)
+        self._worker_counters = False
+        self._user_flops = flops_per_token
+        self._user_peak = peak_tflops * 1e12 if peak_tflops else None
+        self._derived_step = -1
+        self._ticks = 0
+        self._derive_interval = derive_interval_s
+        self._checkpoints = 0
+        self._checkpoint_rank: int | None = None
+        # node samples
+        self._device_budget = device_points_per_s
+        self._gpu_latest: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
+        self._node_written: dict[str, float] = {}
+        self._energy = EnergyMeter()
+        # delivery
+        self._offline_since: float | None = None
+        self._offline_total = 0.0
+        self._offline_peak = 0
+        self._offline_error = ""
         self._closed = False
         self._interval = flush_interval_s
         self._flusher = threading.Thread(target=self._flush_loop, name="run-recorder", daemon=True)
@@ -52,6 +124,11 @@ class RunRecorder:
             self._tags[TAG.STATE] = state
             self._tags[TAG.REASON] = reason
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Record run tags (values cut to 5,000 characters)."""
+        with self._lock:
+            self._tags.update({k: str(v)[:5000] for k, v in tags.items()})
+
     def report(
         self,
         metrics_per_rank: list[dict[str, Any]],
@@ -64,7 +141,8 @@ class RunRecorder:
         ----------
         metrics_per_rank : list of dict
             ``metrics_per_rank[r]`` is what rank ``r`` reported. Rank 0's numeric values
-            are logged; ``samples`` is summed over ranks for ``train/samples_per_s``.
+            are logged; ``samples`` is summed over ranks for ``train/samples_per_s``
+            (unless the workers count samples through ``trainfactory``).
         checkpoint_path : str or None
             Storage path of the checkpoint persisted with this report.
         wall_time : float, optional
@@ -83,19 +161,22 @@ class RunRecorder:
             step = int(raw_step) if isinstance(raw_step, (int, float)) else self._reports
             previous = self._last_report_time or self._running_since
             self._last_report_time = now
-            if step <= self._last_step:
+            if step <= self._last_report_step:
                 return None
-            self._last_step = step
-            values = numeric_items({k: v for k, v in rank0.items() if k not in RESERVED_KEYS})
+            self._last_report_step = step
+            for key, value in rank0.items():
+                if key not in RESERVED_KEYS:
+                    self._add_user(key, value, step, now)
             samples = [m.get("samples") for m in metrics_per_rank]
-            if all(isinstance(s, (int, float)) for s in samples) and samples:
+            if samples and all(isinstance(s, (int, float)) for s in samples):
                 batch = float(sum(samples))
                 self._samples_total += batch
-                values["train/samples"] = self._samples_total
-                if previous is not None and now > previous:
-                    values["train/samples_per_s"] = batch / (now - previous)
+                if not self._worker_counters:
+                    self._add_user("train/samples", self._samples_total, step, now)
+                    if previous is not None and now > previous:
+                        self._add_user("train/samples_per_s", batch / (now - previous), step, now)
             if checkpoint_path:
-                values["checkpoint/step"] = float(step)
+                self._add_user("checkpoint/step", step, step, now)
                 self._tags.update(
                     {
                         TAG.CKPT_PATH: checkpoint_path,
@@ -104,13 +185,63 @@ class RunRecorder:
                     }
                 )
             self._tags[TAG.STEP] = str(step)
-            self._add(values, step, now)
             return step
 
-    def node_metrics(self, values: dict[str, float], step: int, wall_time: float) -> None:
-        """Record one node sample (keys already ``system/<node>/...``); ``step`` = sample index."""
+    def worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
+        """Record one batch of a worker's telemetry (see ``ray_backend.session``)."""
         with self._lock:
-            self._add(numeric_items(values), step, wall_time)
+            counters = batch.get("counters")
+            if counters:
+                self._worker_counters = True
+                self._throughput.update(rank, StepCounters(**counters))
+            for key, value, step, wall_time in batch.get("points", ()):
+                self._add_user(key, value, step, wall_time)
+            if rank == 0 and "model" in batch:
+                self._set_model(batch["model"])
+            if rank == 0 and "device" in batch:
+                self._set_device(batch["device"])
+            for ckpt in batch.get("checkpoints", ()):
+                if self._checkpoint_rank is None:
+                    self._checkpoint_rank = rank
+                if rank == self._checkpoint_rank:
+                    self._add_checkpoint(ckpt)
+
+    def node_metrics(self, values: dict[str, float], step: int, wall_time: float) -> None:
+        """Record one node sample: keys ``system/<node>/...``; ``step`` = sample index."""
+        with self._lock:
+            by_node: dict[str, dict[str, float]] = {}
+            for key, value in values.items():
+                _, node, metric = key.split("/", 2)
+                by_node.setdefault(node, {})[metric] = value
+                if "/" in metric:  # gpu<i>/<name>
+                    label, name = metric.split("/", 1)
+                    _, latest = self._gpu_latest.setdefault((node, label), (wall_time, {}))
+                    latest[name] = value
+                    self._gpu_latest[(node, label)] = (wall_time, latest)
+                    if name == "power_w":
+                        self._energy.add(f"{node}/{label}", wall_time, value)
+            n_values = len(self._gpu_latest) * len(_GPU_METRICS) + 3 * len(self._node_written)
+            period = max(1.0, n_values / self._device_budget)
+            for node in by_node:
+                last = self._node_written.get(node)
+                if last is not None and wall_time - last < period - 0.25:
+                    continue
+                self._node_written[node] = wall_time
+                ts = int(wall_time * 1000)
+                for key, value in values.items():
+                    if key.split("/", 2)[1] == node and math.isfinite(value):
+                        self._push(self._system, self._keys(key), value, ts, step)
+            self._bound()
+
+    def gpu_info(self, node: str, devices: list[dict[str, Any]], note: str | None) -> None:
+        """Which GPUs node ``node`` samples (label, uuid, name, mig), or why none."""
+        tags = {}
+        if devices:
+            tags[f"trainfactory.gpus.{node}"] = json.dumps(devices)
+        if note:
+            tags[f"trainfactory.gpu_note.{node}"] = note
+            print(f"trainfactory: {node}: {note}", flush=True)
+        self.set_tags(tags)
 
     def worker_failure(self, rank: int, error: str) -> None:
         """Record that rank ``rank`` failed with ``error`` (its last line)."""
@@ -118,11 +249,19 @@ class RunRecorder:
             self._tags[TAG.STATE] = "RESTARTING"
             self._tags[TAG.REASON] = f"rank {rank} failed: {error}"[:4000]
 
-    def finish(self, status: str, state: str, error: str = "", reason: str = "") -> None:
-        """Flush everything and close the run.
+    def finish(
+        self,
+        status: str,
+        state: str,
+        error: str = "",
+        reason: str = "",
+        timeout_s: float = 300.0,
+    ) -> dict[str, Any]:
+        """Write everything queued and close the run.
 
         ``status`` is the MLflow run status (``FINISHED``, ``FAILED``, ``KILLED``),
-        ``state`` the job state shown to users (design: "Job states").
+        ``state`` the job state shown to users (design: "Job states"). When the tracking
+        server is away, retries for up to ``timeout_s`` s. Returns the delivery counts.
         """
         with self._lock:
             self._tags[TAG.STATE] = state
@@ -130,47 +269,235 @@ class RunRecorder:
             if error:
                 self._tags[TAG.ERROR] = error[:4000]
             self._closed = True
-        self.flush()
-        self._client.set_terminated(self.run_id, status=status)
+        self._flusher.join(timeout=5)
+        self._derive(time.time())
+        deadline = time.monotonic() + timeout_s
+        delay = 0.5
+        while True:
+            try:
+                self.flush()
+                if not (self._user or self._system):
+                    self._client.set_terminated(self.run_id, status=status)
+                    break
+            except Exception as exc:
+                self._went_offline(exc)
+                if time.monotonic() > deadline:
+                    print(
+                        f"trainfactory: tracking server unreachable for {timeout_s:.0f} s at"
+                        f" the end of the job; {len(self._user) + len(self._system)} points"
+                        " not written.",
+                        flush=True,
+                    )
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        return self.stats()
 
-    # -- output ---------------------------------------------------------------------
-    def _add(self, values: dict[str, float], step: int, wall_time: float) -> None:
+    def stats(self) -> dict[str, Any]:
+        """Delivery counts: queued, dropped (system points), offline seconds, non-finite values."""
+        with self._lock:
+            return {
+                "queued": len(self._user) + len(self._system),
+                "queued_user": len(self._user),
+                "dropped": self._dropped,
+                "offline_s": self._offline_total,
+                "nonfinite": self._nonfinite,
+            }
+
+    # -- derived numbers ------------------------------------------------------------
+    def _set_model(self, info: dict[str, Any]) -> None:
+        fpt = self._user_flops or info.get("flops_per_token")
+        n_params = info.get("n_params")
+        if fpt is None and n_params is not None:
+            shape = [info.get(k) for k in ("layers", "heads", "head_dim", "seq_len")]
+            fpt = flops_per_token(n_params, *shape) if all(shape) else flops_per_token(n_params)
+        if fpt:
+            self._throughput.flops_per_token = float(fpt)
+            self._tags["trainfactory.flops_per_token"] = f"{fpt:.6g}"
+        if n_params is not None:
+            self._tags["trainfactory.model.n_params"] = str(n_params)
+        self._mfu_note()
+
+    def _set_device(self, info: dict[str, Any]) -> None:
+        name = info.get("device_name")
+        peak = self._user_peak
+        if peak is None and name:
+            peak = lookup_peak(name, "bf16") or lookup_peak(name, "fp16")
+        self._throughput.peak_flops = peak
+        if name:
+            self._tags["trainfactory.device_name"] = name
+        if peak:
+            self._tags["trainfactory.peak_flops"] = f"{peak:.6g}"
+        self._mfu_note()
+
+    def _mfu_note(self) -> None:
+        if self._user_peak is not None:
+            self._throughput.peak_flops = self._user_peak
+            self._tags["trainfactory.peak_flops"] = f"{self._user_peak:.6g}"
+        t = self._throughput
+        if t.peak_flops and t.flops_per_token:
+            self._tags["trainfactory.mfu_note"] = ""
+        elif not t.peak_flops:
+            self._tags["trainfactory.mfu_note"] = (
+                "MFU unavailable: no peak FLOP/s known for this device; give --peak-tflops."
+            )
+        else:
+            self._tags["trainfactory.mfu_note"] = (
+                "MFU unavailable: no model FLOPs; use ray.train.torch.prepare_model,"
+                " trainfactory.watch(model) or --flops-per-token."
+            )
+
+    def _add_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        self._checkpoints += 1
+        n, ts = self._checkpoints, ckpt.get("time", time.time())
+        self._add_user("checkpoint/save_s", ckpt["save_s"], n, ts)
+        if ckpt.get("bytes") is not None:
+            self._add_user("checkpoint/bytes", ckpt["bytes"], n, ts)
+            if ckpt["save_s"] > 0:
+                self._add_user("checkpoint/mb_per_s", ckpt["bytes"] / 1e6 / ckpt["save_s"], n, ts)
+
+    def _derive(self, now: float) -> None:
+        with self._lock:
+            self._ticks += 1
+            ts = int(now * 1000)
+            step = self._throughput.steps
+            if step > self._derived_step:
+                values = self._throughput.derive(now)
+                if values:
+                    self._derived_step = step
+                    for key, value in values.items():
+                        self._add_user(key, value, step, now)
+            fresh = [v for t, v in self._gpu_latest.values() if now - t < 5.0]
+            for metric in _GPU_METRICS:
+                stats = summarize(v[metric] for v in fresh if metric in v)
+                for stat, value in stats.items():
+                    key = self._keys(f"system/cluster/gpu_{metric}_{stat}")
+                    self._push(self._user, key, value, ts, self._ticks)
+            if self._energy.joules:
+                self._push(self._user, "energy/gpu_kwh", self._energy.kwh, ts, self._ticks)
+            if len(self._keys.renamed) != self._renamed_written:
+                self._renamed_written = len(self._keys.renamed)
+                self._tags["trainfactory.renamed_keys"] = json.dumps(self._keys.renamed)[:5000]
+
+    # -- queues ---------------------------------------------------------------------
+    def _add_user(self, key: str, value: Any, step: int, wall_time: float) -> None:
+        number = to_float(value)
+        if number is None:
+            return
+        mapped = self._keys(key)
+        if not math.isfinite(number):
+            self._nonfinite += 1
+            if self._nonfinite == 1:
+                self._tags["trainfactory.nonfinite.first_step"] = str(step)
+                self._tags["trainfactory.nonfinite.first_key"] = mapped
+            self._tags["trainfactory.nonfinite.count"] = str(self._nonfinite)
+            self._push(
+                self._user,
+                "train/nonfinite_count",
+                self._nonfinite,
+                int(wall_time * 1000),
+                self._nonfinite,
+            )
+            return
+        if step <= self._last_step.get(mapped, -1):
+            return  # first write wins
+        self._last_step[mapped] = step
+        self._push(self._user, mapped, number, int(wall_time * 1000), step)
+
+    @staticmethod
+    def _push(queue: deque, key: str, value: float, ts: int, step: int) -> None:
         from mlflow.entities import Metric
 
-        ts = int(wall_time * 1000)
-        self._metrics.extend(Metric(sanitize_key(k), v, ts, step) for k, v in values.items())
+        queue.append(Metric(key, float(value), ts, int(step)))
+
+    def _bound(self) -> None:
+        over = len(self._user) + len(self._system) - self._max_queued
+        while over > 0 and self._system:
+            self._system.popleft()
+            self._dropped += 1
+            over -= 1
 
     def flush(self) -> None:
-        """Write everything buffered so far (one ``log_batch`` per 900 metrics)."""
+        """Write what is queued (900 metrics per request); raise if a request fails.
+
+        Points of a failed request, and all after it, go back to the front of their queue.
+        """
         from mlflow.entities import RunTag
 
         with self._lock:
-            metrics, self._metrics = self._metrics, []
+            user, self._user = list(self._user), deque()
+            system, self._system = list(self._system), deque()
             tags, self._tags = self._tags, {}
+            queued = len(user) + len(system)
         tag_list = [RunTag(k, v) for k, v in tags.items()]
-        written = 0
+        pending: list[tuple[str, list]] = [("user", user), ("system", system)]
         try:
-            for i in range(0, max(len(metrics), 1), _BATCH):
-                chunk = metrics[i : i + _BATCH]
-                if chunk or (tag_list and i == 0):
-                    self._client.log_batch(
-                        self.run_id, metrics=chunk, tags=tag_list if i == 0 else []
-                    )
-                written = i + _BATCH
+            while tag_list or any(items for _, items in pending):
+                name, items = next(((n, i) for n, i in pending if i), ("user", []))
+                chunk = items[:MAX_BATCH_METRICS]
+                self._client.log_batch(self.run_id, metrics=chunk, tags=tag_list[:_MAX_TAGS])
+                del items[: len(chunk)]
+                del tag_list[:_MAX_TAGS]
         except Exception:
             with self._lock:  # nothing is lost: put back what was not written
-                self._metrics[:0] = metrics[written:]
-                if written == 0:
-                    self._tags = {**tags, **self._tags}
+                self._user.extendleft(reversed(user))
+                self._system.extendleft(reversed(system))
+                for tag in tag_list:
+                    self._tags.setdefault(tag.key, tag.value)
+                self._offline_peak = max(self._offline_peak, len(self._user) + len(self._system))
+                self._bound()
             raise
+        if self._offline_since is not None:
+            self._back_online(queued)
+
+    def _went_offline(self, exc: BaseException) -> None:
+        if self._offline_since is None:
+            self._offline_since = time.time()
+            self._offline_error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            print(
+                f"trainfactory: tracking server unreachable ({self._offline_error});"
+                " training goes on and points are queued.",
+                flush=True,
+            )
+
+    def _back_online(self, written: int) -> None:
+        offline = time.time() - self._offline_since
+        self._offline_since = None
+        self._offline_total += offline
+        message = (
+            f"trainfactory: tracking server back after {offline:.1f} s offline;"
+            f" {max(self._offline_peak, written)} points were queued, {self._dropped} system"
+            " points dropped in all."
+        )
+        print(message, flush=True)
+        self._offline_peak = 0
+        self.set_tags(
+            {
+                "trainfactory.tracking.offline_s": f"{self._offline_total:.1f}",
+                "trainfactory.tracking.dropped_points": str(self._dropped),
+                "trainfactory.tracking.last_outage": message.removeprefix("trainfactory: "),
+            }
+        )
 
     def _flush_loop(self) -> None:
+        delay = self._interval
+        next_derive = time.monotonic()
         while not self._closed:
-            time.sleep(self._interval)
+            time.sleep(delay)
+            if self._closed:
+                break
+            if time.monotonic() >= next_derive:
+                next_derive = time.monotonic() + self._derive_interval
+                try:
+                    self._derive(time.time())
+                except Exception as exc:  # a bug in a derived number must not stop writing
+                    print(f"trainfactory: derived metrics failed: {exc!r}", flush=True)
             try:
                 self.flush()
+                delay = self._interval
             except Exception as exc:  # keep recording; MLflow may be briefly unreachable
-                print(f"trainfactory: MLflow write failed, will retry: {exc}", flush=True)
+                self._went_offline(exc)
+                delay = min(delay * 2, 5.0)
 
     def ping(self) -> bool:
         """Liveness check for the driver."""

@@ -6,7 +6,13 @@ import threading
 import time
 from typing import Any
 
-from jupyter_trainfactory.telemetry.system import gpu_sample, host_sample, nvml_handles
+from jupyter_trainfactory.telemetry.system import (
+    gpu_sample,
+    host_sample,
+    init_nvml,
+    nvml_shutdown,
+    visible_gpus,
+)
 
 __all__ = ["NodeSampler", "node_label"]
 
@@ -20,8 +26,15 @@ class NodeSampler:
     """Samples this node every ``interval_s`` seconds into ``system/<node>/...`` metrics.
 
     Keys: ``system/<node>/cpu_utilization`` (%), ``system/<node>/memory_used_mb`` (MB), and
-    per GPU ``system/<node>/gpu<i>/utilization`` (%), ``.../memory_used_mb``, ``.../power_w``.
-    The metric step is the sample index since the sampler started.
+    per GPU ``system/<node>/<gpu label>/<name>`` with the names and units of
+    :func:`~jupyter_trainfactory.telemetry.system.gpu_sample` (``utilization`` %,
+    ``memory_used_mb``, ``memory_total_mb``, ``power_w``, ``temperature_c``,
+    ``sm_clock_mhz``); values NVML cannot read are left out, never sent as 0.
+
+    Only the GPUs the job's workers see are sampled: each worker calls
+    :meth:`watch_devices` with its ``CUDA_VISIBLE_DEVICES``; until one does, the node's
+    GPUs are not sampled. Without NVML the sampler sends one note to the recorder and
+    samples CPU and host memory only. The metric step is the sample index.
     """
 
     def __init__(self, recorder: Any, node_ip: str, interval_s: float = 1.0):
@@ -33,25 +46,54 @@ class NodeSampler:
         except ImportError:
             pynvml = None
         self._pynvml = pynvml
-        self._handles = nvml_handles(pynvml) if pynvml else []
+        self._node = node_label(node_ip)
+        self._note = init_nvml(pynvml)
+        self._devices: list[Any] = []
         self._recorder = recorder
-        self._prefix = f"system/{node_label(node_ip)}"
+        self._prefix = f"system/{self._node}"
         self._interval = interval_s
+        self._lock = threading.Lock()
         self._stop = threading.Event()
+        if self._note:
+            recorder.gpu_info.remote(self._node, [], self._note)
         host_sample(psutil)  # prime cpu_percent: its first reading is always 0.0
         self._thread = threading.Thread(target=self._loop, name="node-sampler", daemon=True)
         self._thread.start()
 
+    def watch_devices(self, cuda_visible_devices: str | None) -> list[str]:
+        """Add the GPUs a worker with this ``CUDA_VISIBLE_DEVICES`` sees; returns all labels."""
+        if self._note:
+            return []
+        with self._lock:
+            known = {d.uuid for d in self._devices}
+            new = [
+                d for d in visible_gpus(self._pynvml, cuda_visible_devices) if d.uuid not in known
+            ]
+            if new:
+                self._devices.extend(new)
+                self._recorder.gpu_info.remote(
+                    self._node,
+                    [
+                        {"label": d.label, "uuid": d.uuid, "name": d.name, "mig": d.mig}
+                        for d in self._devices
+                    ],
+                    None,
+                )
+            return [d.label for d in self._devices]
+
     def sample(self) -> dict[str, float]:
         """One sample of this node, keyed for MLflow."""
         values = {f"{self._prefix}/{k}": v for k, v in host_sample(self._psutil).items()}
-        for i, handle in enumerate(self._handles):
-            for key, value in gpu_sample(self._pynvml, handle).items():
-                values[f"{self._prefix}/gpu{i}/{key}"] = value
+        with self._lock:
+            devices = list(self._devices)
+        for device in devices:
+            for key, value in gpu_sample(self._pynvml, device.handle).items():
+                if value is not None:
+                    values[f"{self._prefix}/{device.label}/{key}"] = value
         return values
 
     def gpu_count(self) -> int:
-        return len(self._handles)
+        return len(self._devices)
 
     def _loop(self) -> None:
         index = 0
@@ -61,3 +103,5 @@ class NodeSampler:
 
     def stop(self) -> None:
         self._stop.set()
+        if not self._note:
+            nvml_shutdown(self._pynvml)

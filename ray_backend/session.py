@@ -1,13 +1,48 @@
-"""Worker side: wraps the user's training function on every worker."""
+"""Worker side: instruments the user's training function and implements ``trainfactory.log``.
+
+Every Ray Train worker of a job runs the user's function through :func:`instrument`,
+which, without any change to the user's code,
+
+- tells the job's RunRecorder that the workers started (rank 0),
+- wraps ``ray.train.torch.prepare_model`` so the prepared model is :func:`watch` ed
+  (trainable parameters counted, gradient allreduces timed by a DDP comm hook),
+- wraps ``ray.train.report`` so a report that carries a checkpoint is timed (seconds,
+  bytes, MB/s),
+- starts a background thread that ships buffered telemetry to the recorder about every
+  0.5 s with fire-and-forget actor calls, so ``log``, ``step`` and ``data_wait`` cost the
+  training loop a lock and a list append.
+
+Only the attribute-call style is wrapped (``ray.train.report(...)``,
+``ray.train.torch.prepare_model(...)``); a name imported with ``from ray.train import
+report`` before the job starts keeps the unwrapped function. This module imports neither
+Ray nor torch at import time.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["RECORDER_NAMESPACE", "instrument", "recorder_name"]
+__all__ = [
+    "RECORDER_NAMESPACE",
+    "current",
+    "data_wait",
+    "instrument",
+    "log",
+    "recorder_name",
+    "sampler_name",
+    "step",
+    "watch",
+]
 
 RECORDER_NAMESPACE = "trainfactory"
+_STEP_TIMES_KEPT = 256  # per batch; a worker above 500 steps/s sends a sample of them
+_log = logging.getLogger("trainfactory")
 
 
 def recorder_name(job_id: str) -> str:
@@ -15,23 +50,537 @@ def recorder_name(job_id: str) -> str:
     return f"recorder-{job_id}"
 
 
-def instrument(fn: Callable[[dict], Any], job_id: str) -> Callable[[dict], Any]:
-    """Wrap ``fn`` so rank 0 tells the recorder when the workers have started.
+def sampler_name(job_id: str, node_id: str) -> str:
+    """Name of job ``job_id``'s NodeSampler on Ray node ``node_id``."""
+    return f"sampler-{job_id}-{node_id}"
 
-    The user's function itself runs unchanged (plain Ray Train code).
+
+class WorkerTelemetry:
+    """One worker process's telemetry buffer, shipped to the recorder in the background.
+
+    ``send(rank, batch)`` is called with dicts holding ``counters`` (cumulative
+    :class:`~jupyter_trainfactory.telemetry.stats.StepCounters` fields), ``points``
+    (``[key, value, step, time]`` lists), and, when new, ``model``, ``device`` and
+    ``checkpoints``.
     """
 
-    def train_loop_per_worker(config: dict) -> Any:
-        import ray
-        import ray.train
+    def __init__(
+        self,
+        send: Callable[[int, dict], Any] | None,
+        rank: int = 0,
+        world_size: int = 1,
+        flush_interval_s: float = 0.5,
+    ):
+        self.rank = rank
+        self.world_size = world_size
+        self._send = send
+        self._lock = threading.Lock()
+        self._points: list[list] = []
+        self._steps = 0
+        self._log_calls = 0
+        self._samples = 0.0
+        self._tokens = 0.0
+        self._step_time = 0.0
+        self._data_wait = 0.0
+        self._comm = 0.0
+        self._step_times: list[float] = []
+        self._extra: dict[str, Any] = {}
+        self._checkpoints: list[dict] = []
+        self._dirty = False
+        self._warned: set[str] = set()
+        self._comm_events: list[tuple[Any, Any]] = []  # CUDA (start, end) pairs to resolve
+        self._interval = flush_interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-        if ray.train.get_context().get_world_rank() == 0:
+    # -- recording (called from the training loop; cheap) ----------------------------
+    @property
+    def steps(self) -> int:
+        return self._steps or self._log_calls
+
+    def log(
+        self,
+        metrics: dict[str, Any],
+        step: int | None = None,
+        samples: float | None = None,
+        tokens: float | None = None,
+        rank_zero_only: bool = True,
+    ) -> None:
+        now = time.time()
+        with self._lock:
+            self._log_calls += 1
+            if samples:
+                self._samples += samples
+            if tokens:
+                self._tokens += tokens
+            self._dirty = True
+            if rank_zero_only and self.rank != 0:
+                return
+            at = self.steps if step is None else int(step)
+            prefix = "" if rank_zero_only else f"rank{self.rank}/"
+            for key, value in metrics.items():
+                number = _to_float(value)
+                if number is None:
+                    self._warn_once(key, f"trainfactory.log: {key!r} is not a number; not logged.")
+                    continue
+                self._points.append([prefix + str(key), number, at, now])
+
+    def add_step(self, seconds: float, samples: float | None, tokens: float | None) -> None:
+        with self._lock:
+            self._steps += 1
+            self._step_time += seconds
+            if len(self._step_times) < _STEP_TIMES_KEPT:
+                self._step_times.append(seconds)
+            if samples:
+                self._samples += samples
+            if tokens:
+                self._tokens += tokens
+            self._dirty = True
+
+    def add_data_wait(self, seconds: float) -> None:
+        with self._lock:
+            self._data_wait += seconds
+            self._dirty = True
+
+    def add_comm(self, seconds: float) -> None:
+        with self._lock:
+            self._comm += seconds
+            self._dirty = True
+
+    def add_comm_events(self, start: Any, end: Any) -> None:
+        """A CUDA allreduce's start and end events, resolved by the shipping thread."""
+        with self._lock:
+            self._comm_events.append((start, end))
+
+    def add_checkpoint(self, seconds: float, nbytes: int | None) -> None:
+        with self._lock:
+            self._checkpoints.append({"save_s": seconds, "bytes": nbytes, "time": time.time()})
+            self._dirty = True
+
+    def set_info(self, kind: str, info: dict[str, Any]) -> None:
+        """Once-in-a-while facts: ``model`` (parameters, shape) or ``device`` (name, node)."""
+        with self._lock:
+            self._extra[kind] = {**self._extra.get(kind, {}), **info}
+            self._dirty = True
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            print(message, flush=True)
+
+    # -- shipping -------------------------------------------------------------------
+    def _resolve_comm_events(self) -> None:
+        with self._lock:
+            events, self._comm_events = self._comm_events, []
+        pending = []
+        seconds = 0.0
+        for start, end in events:
+            if end.query():
+                seconds += start.elapsed_time(end) / 1000.0
+            else:
+                pending.append((start, end))
+        with self._lock:
+            self._comm_events[:0] = pending
+            if seconds:
+                self._comm += seconds
+                self._dirty = True
+
+    def batch(self) -> dict | None:
+        """Take what was recorded since the previous batch (None when nothing changed)."""
+        if self._comm_events:
+            self._resolve_comm_events()
+        with self._lock:
+            if not self._dirty:
+                return None
+            batch = {
+                "counters": {
+                    "time": time.time(),
+                    "steps": self.steps,
+                    "samples": self._samples,
+                    "tokens": self._tokens,
+                    "step_time_s": self._step_time,
+                    "data_wait_s": self._data_wait,
+                    "comm_s": self._comm,
+                    "step_times": self._step_times,
+                },
+                "points": self._points,
+            }
+            if self._extra:
+                batch.update(self._extra)
+            if self._checkpoints:
+                batch["checkpoints"] = self._checkpoints
+            self._points, self._step_times, self._checkpoints, self._extra = [], [], [], {}
+            self._dirty = False
+            return batch
+
+    def flush(self) -> Any:
+        """Send what is buffered now; returns the send call's result (an ObjectRef)."""
+        batch = self.batch()
+        if batch is not None and self._send is not None:
+            return self._send(self.rank, batch)
+        return None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="trainfactory-log", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
             try:
-                recorder = ray.get_actor(recorder_name(job_id), namespace=RECORDER_NAMESPACE)
-                recorder.set_state.remote("RUNNING", "")
-            except ValueError:  # no recorder (job launched without one): nothing to tell
-                pass
-        return fn(config)
+                self.flush()
+            except Exception as exc:  # never break training over telemetry
+                self._warn_once("__send__", f"trainfactory: telemetry not sent: {exc}")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the shipping thread and send the rest, waiting up to ``timeout`` s for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+        ref = self.flush()
+        if ref is not None:
+            import ray
+
+            try:
+                ray.get(ref, timeout=timeout)
+            except Exception as exc:
+                print(f"trainfactory: last telemetry not confirmed: {exc}", flush=True)
+
+
+_current: WorkerTelemetry | None = None
+_no_job_warned = False
+
+
+def current() -> WorkerTelemetry | None:
+    """This worker's telemetry, or None outside a trainfactory job."""
+    return _current
+
+
+def _active() -> WorkerTelemetry | None:
+    global _no_job_warned
+    if _current is None and not _no_job_warned:
+        _no_job_warned = True
+        _log.warning("trainfactory: not inside a trainfactory job; telemetry calls do nothing.")
+    return _current
+
+
+def _to_float(value: Any) -> float | None:
+    from jupyter_trainfactory.telemetry.keys import to_float
+
+    return to_float(value)
+
+
+# -- public worker API (re-exported as jupyter_trainfactory.train) -------------------
+def log(
+    metrics: dict[str, Any],
+    step: int | None = None,
+    *,
+    samples: float | None = None,
+    tokens: float | None = None,
+    rank_zero_only: bool = True,
+) -> None:
+    """Record ``metrics`` without blocking; callable every step.
+
+    Parameters
+    ----------
+    metrics : dict of str to number
+        Scalar values (Python, numpy or 0-d torch numbers; NaN and inf are counted and
+        flagged by the recorder, never written raw). Non-numbers are skipped with one
+        warning per key.
+    step : int, optional
+        The x-axis value; default: steps completed so far on this worker. Each key's
+        steps must increase: a point at a step already written for that key is dropped.
+    samples, tokens : float, optional
+        Samples and tokens this rank processed since its previous call, for
+        ``train/samples_per_s`` and ``train/tokens_per_s`` (count them here or in
+        :func:`step`, not both).
+    rank_zero_only : bool
+        Log only rank 0's values (default). False logs every rank's, as ``rank<r>/<key>``.
+    """
+    worker = _active()
+    if worker is not None:
+        worker.log(metrics, step, samples, tokens, rank_zero_only)
+
+
+class step:
+    """``with trainfactory.step(samples=B, tokens=B * T): ...`` times one training step.
+
+    The block's wall time (s) feeds ``train/step_time_s`` and its p50/p95; ``samples``
+    and ``tokens`` (this rank's, for this step) feed throughput and MFU.
+    """
+
+    __slots__ = ("_samples", "_tokens", "_t0")
+
+    def __init__(self, samples: float | None = None, tokens: float | None = None):
+        self._samples = samples
+        self._tokens = tokens
+
+    def __enter__(self) -> step:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        worker = _active()
+        if worker is not None:
+            worker.add_step(time.perf_counter() - self._t0, self._samples, self._tokens)
+
+
+class _DataWait:
+    __slots__ = ("_t0",)
+
+    def __enter__(self) -> _DataWait:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        worker = _active()
+        if worker is not None:
+            worker.add_data_wait(time.perf_counter() - self._t0)
+
+
+def _timed_iter(iterable: Iterable) -> Iterator:
+    iterator = iter(iterable)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        worker = _active()
+        if worker is not None:
+            worker.add_data_wait(time.perf_counter() - t0)
+        yield item
+
+
+def data_wait(iterable: Iterable | None = None):
+    """Time spent waiting for data, for ``train/data_wait_fraction``.
+
+    ``with trainfactory.data_wait(): batch = next(it)`` times the block;
+    ``for batch in trainfactory.data_wait(loader):`` times each ``next()`` of ``loader``.
+    """
+    return _DataWait() if iterable is None else _timed_iter(iterable)
+
+
+def _unwrap(model: Any) -> Any:
+    return getattr(model, "module", model)
+
+
+def _timing_hook(telemetry: WorkerTelemetry, inner: Callable | None):
+    """A DDP comm hook that runs ``inner`` (default: allreduce + average) and times it.
+
+    On CPU (gloo) the time is the host wall time from launch to the future's completion.
+    On CUDA (NCCL) the host sees only the launch, so CUDA events are recorded on the
+    current stream before the launch and in the completion callback, and resolved later
+    by the shipping thread.
+    """
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    hook = inner or allreduce_hook
+
+    def timed(state, bucket):
+        buffer = bucket.buffer()
+        if buffer.is_cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fut = hook(state, bucket)
+
+            def done(f):
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                telemetry.add_comm_events(start, end)
+                return f.value()
+
+            return fut.then(done)
+        t0 = time.perf_counter()
+        fut = hook(state, bucket)
+
+        def done_cpu(f):
+            telemetry.add_comm(time.perf_counter() - t0)
+            return f.value()
+
+        return fut.then(done_cpu)
+
+    return timed
+
+
+def watch(
+    model: Any,
+    *,
+    layers: int | None = None,
+    heads: int | None = None,
+    head_dim: int | None = None,
+    seq_len: int | None = None,
+    flops_per_token: float | None = None,
+) -> Any:
+    """Count ``model``'s trainable parameters and time its gradient allreduces; returns it.
+
+    Models prepared by ``ray.train.torch.prepare_model`` are watched automatically; call
+    this for a model Ray did not prepare, or to give the shape MFU needs: with ``layers``,
+    ``heads``, ``head_dim`` and ``seq_len`` the attention term ``12 * L * H * Q * T`` is
+    added to ``6 * N`` FLOPs per token (PaLM, appendix B); ``flops_per_token`` overrides
+    both. Watching a model twice adds no second hook. For a DistributedDataParallel
+    model, the timing comm hook wraps the default allreduce; a hook the user registers
+    later (``model.register_comm_hook``) is wrapped instead, so it still works.
+    """
+    worker = _active()
+    if worker is None:
+        return model
+    inner = _unwrap(model)
+    info: dict[str, Any] = {}
+    with contextlib.suppress(Exception):  # not a torch module: no parameter count
+        info["n_params"] = int(sum(p.numel() for p in inner.parameters() if p.requires_grad))
+    for name, value in (
+        ("layers", layers),
+        ("heads", heads),
+        ("head_dim", head_dim),
+        ("seq_len", seq_len),
+        ("flops_per_token", flops_per_token),
+    ):
+        if value is not None:
+            info[name] = value
+    worker.set_info("model", info)
+    _hook_ddp(model, worker)
+    return model
+
+
+def _hook_ddp(model: Any, worker: WorkerTelemetry) -> None:
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:
+        return
+    if not isinstance(model, DistributedDataParallel) or getattr(model, "_tf_watched", False):
+        return
+    model._tf_watched = True
+    original_register = model.register_comm_hook
+    state = {"registered": False}
+
+    def register_comm_hook(hook_state, hook):  # the user's own hook, timed
+        state["registered"] = True
+        return original_register(hook_state, _timing_hook(worker, hook))
+
+    model.register_comm_hook = register_comm_hook
+    original_forward = model.forward
+
+    def forward(*args, **kwargs):
+        if not state["registered"]:  # first forward without a user hook: time the default
+            state["registered"] = True
+            original_register(None, _timing_hook(worker, None))
+            model.forward = original_forward
+        return original_forward(*args, **kwargs)
+
+    model.forward = forward
+
+
+def _dir_bytes(path: str) -> int | None:
+    try:
+        total = 0
+        for root, _, files in os.walk(path):
+            for name in files:
+                total += os.path.getsize(os.path.join(root, name))
+        return total
+    except OSError:
+        return None
+
+
+def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
+    """Wrap ``ray.train.report`` and ``ray.train.torch.prepare_model``; returns the undo."""
+    import ray.train
+
+    originals: list[tuple[Any, str, Any]] = []
+    report = ray.train.report
+
+    def timed_report(metrics, checkpoint=None, *args, **kwargs):
+        if checkpoint is None:
+            return report(metrics, checkpoint, *args, **kwargs)
+        nbytes = _dir_bytes(checkpoint.path) if os.path.isdir(checkpoint.path) else None
+        t0 = time.perf_counter()
+        result = report(metrics, checkpoint, *args, **kwargs)
+        worker.add_checkpoint(time.perf_counter() - t0, nbytes)
+        return result
+
+    timed_report.__wrapped__ = report
+    originals.append((ray.train, "report", report))
+    ray.train.report = timed_report
+    try:
+        import ray.train.torch as rtt
+
+        prepare = rtt.prepare_model
+
+        def prepare_model(*args, **kwargs):
+            return watch(prepare(*args, **kwargs))
+
+        prepare_model.__wrapped__ = prepare
+        originals.append((rtt, "prepare_model", prepare))
+        rtt.prepare_model = prepare_model
+    except ImportError:  # no torch on this worker
+        pass
+
+    def undo() -> None:
+        for module, name, value in originals:
+            setattr(module, name, value)
+
+    return undo
+
+
+def _device_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["device_name"] = torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:
+        pass
+    return info
+
+
+def instrument(fn: Callable[[dict], Any], job_id: str) -> Callable[[dict], Any]:
+    """Wrap ``fn`` with the job's worker-side telemetry; ``fn`` itself runs unchanged."""
+
+    def train_loop_per_worker(config: dict) -> Any:
+        # Imported, not referenced: cloudpickle ships this closure by value with a copy
+        # of the globals it uses, so module state must be reached through the module.
+        from ray_backend.session import run_instrumented
+
+        return run_instrumented(fn, job_id, config)
 
     train_loop_per_worker.__name__ = getattr(fn, "__name__", "train_loop_per_worker")
     return train_loop_per_worker
+
+
+def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> Any:
+    """Run ``fn(config)`` on this Ray Train worker with the job's telemetry around it."""
+    global _current
+    import ray
+    import ray.train
+
+    context = ray.train.get_context()
+    rank = context.get_world_rank()
+    try:
+        recorder = ray.get_actor(recorder_name(job_id), namespace=RECORDER_NAMESPACE)
+    except ValueError:  # no recorder (job launched without one): nothing to tell
+        recorder = None
+    telemetry = WorkerTelemetry(
+        recorder.worker_batch.remote if recorder is not None else None,
+        rank=rank,
+        world_size=context.get_world_size(),
+    )
+    _current = telemetry
+    device = _device_info()
+    telemetry.set_info("device", device)
+    node_id = ray.get_runtime_context().get_node_id()
+    try:
+        sampler = ray.get_actor(sampler_name(job_id, node_id), namespace=RECORDER_NAMESPACE)
+        sampler.watch_devices.remote(device["cuda_visible_devices"])
+    except ValueError:
+        pass
+    if rank == 0 and recorder is not None:
+        recorder.set_state.remote("RUNNING", "")
+    undo = _patch_ray(telemetry)
+    telemetry.start()
+    try:
+        return fn(config)
+    finally:
+        undo()
+        telemetry.close()
+        _current = None

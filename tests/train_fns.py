@@ -32,3 +32,47 @@ def failing_loop(config):
 
     ray.train.report({"loss": 1.0})
     raise ValueError("bad batch at step 2")
+
+
+def telemetry_loop(config):
+    """A small DDP model trained with ``trainfactory.step``/``log``/``data_wait`` and checkpoints.
+
+    Logs ``loss`` every step (and ``bad`` as NaN at step ``config["nan_step"]`` when given),
+    reports ``val`` with a checkpoint every ``config["report_every"]`` steps.
+    """
+    import os
+    import tempfile
+
+    import torch
+
+    import jupyter_trainfactory.train as trainfactory
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = ray.train.torch.prepare_model(torch.nn.Linear(32, 1))
+    trainfactory.watch(model, layers=1, heads=2, head_dim=4, seq_len=8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch, seq = 16, 8
+    for i in range(1, config["steps"] + 1):
+        with trainfactory.data_wait():
+            time.sleep(config.get("data_sleep", 0.002))
+            x, y = torch.randn(batch, 32), torch.randn(batch, 1)
+        with trainfactory.step(samples=batch, tokens=batch * seq):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            time.sleep(config.get("sleep", 0.01))
+        metrics = {"loss": loss.item()}
+        if i == config.get("nan_step"):
+            metrics["bad"] = float("nan")
+        trainfactory.log(metrics, step=i)
+        if i % config.get("report_every", 10**9) == 0:
+            with tempfile.TemporaryDirectory() as tmp:
+                checkpoint = None
+                if ray.train.get_context().get_world_rank() == 0:
+                    torch.save(model.state_dict(), os.path.join(tmp, "model.pt"))
+                    with open(os.path.join(tmp, "pad.bin"), "wb") as f:
+                        f.write(os.urandom(config.get("ckpt_bytes", 1 << 20)))
+                    checkpoint = ray.train.Checkpoint.from_directory(tmp)
+                ray.train.report({"val": float(i), "step": i}, checkpoint=checkpoint)

@@ -1,0 +1,273 @@
+"""Derived training numbers: throughput, step time, time split, MFU, energy (pure Python).
+
+Workers send cumulative counters (:class:`StepCounters`); :class:`JobThroughput` turns the
+counters of every rank into the job's ``train/*`` metrics. Everything here is arithmetic on
+plain numbers, so it is unit-tested with exact values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .flops import mfu
+
+__all__ = [
+    "EnergyMeter",
+    "JobThroughput",
+    "StepCounters",
+    "energy_kwh",
+    "percentile",
+    "summarize",
+]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) with linear interpolation between closest ranks.
+
+    The same definition as ``numpy.percentile(values, q)`` (method ``"linear"``): position
+    ``(n - 1) * q / 100`` in the sorted values. Raises ValueError on empty input or ``q``
+    outside [0, 100].
+    """
+    if not values:
+        raise ValueError("percentile of no values.")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}.")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(values: Iterable[float]) -> dict[str, float]:
+    """``{"min", "mean", "max"}`` of ``values`` (``{}`` for none): the cluster view of a metric."""
+    vals = list(values)
+    if not vals:
+        return {}
+    return {"min": min(vals), "mean": sum(vals) / len(vals), "max": max(vals)}
+
+
+def energy_kwh(times_s: Sequence[float], power_w: Sequence[float]) -> float:
+    """Energy in kWh of a sampled power trace: the trapezoid integral of W over s / 3.6e6.
+
+    Raises ValueError if the sequences differ in length or the times are not increasing.
+    """
+    if len(times_s) != len(power_w):
+        raise ValueError("times_s and power_w must have the same length.")
+    joules = 0.0
+    for i in range(1, len(times_s)):
+        dt = times_s[i] - times_s[i - 1]
+        if dt <= 0:
+            raise ValueError("times_s must be strictly increasing.")
+        joules += 0.5 * (power_w[i] + power_w[i - 1]) * dt
+    return joules / 3.6e6
+
+
+class EnergyMeter:
+    """Running energy of several devices from power samples (trapezoid rule, kWh).
+
+    ``add(device, t, watts)`` with ``t`` in seconds. A gap longer than ``max_gap_s``
+    between two samples of a device is not integrated (the device may have been gone);
+    ``gap_s`` counts such time so a reader knows the figure is a lower bound.
+    """
+
+    def __init__(self, max_gap_s: float = 30.0):
+        self.max_gap_s = max_gap_s
+        self.joules = 0.0
+        self.gap_s = 0.0
+        self._last: dict[str, tuple[float, float]] = {}
+
+    def add(self, device: str, t: float, watts: float) -> None:
+        last = self._last.get(device)
+        if last is not None and t > last[0]:
+            dt = t - last[0]
+            if dt <= self.max_gap_s:
+                self.joules += 0.5 * (watts + last[1]) * dt
+            else:
+                self.gap_s += dt
+        if last is None or t > last[0]:
+            self._last[device] = (t, watts)
+
+    @property
+    def kwh(self) -> float:
+        return self.joules / 3.6e6
+
+
+@dataclass
+class StepCounters:
+    """One rank's cumulative counters, as its worker sends them.
+
+    Attributes
+    ----------
+    time : float
+        When the counters were read on the worker, s since the epoch.
+    steps : int
+        Steps completed (``trainfactory.step()`` blocks, else ``trainfactory.log`` calls).
+    samples, tokens : float
+        Samples and tokens this rank processed.
+    step_time_s : float
+        Total time inside ``trainfactory.step()`` blocks, s.
+    data_wait_s : float
+        Total time inside ``trainfactory.data_wait()``, s.
+    comm_s : float
+        Total time gradient allreduces were in flight (DDP comm hook), s; it may overlap
+        compute, so it is an upper bound on exposed communication.
+    step_times : list of float
+        Durations of the steps completed since the previous counters, s (at most a few
+        hundred; older ones are dropped by the worker).
+    """
+
+    time: float
+    steps: int = 0
+    samples: float = 0.0
+    tokens: float = 0.0
+    step_time_s: float = 0.0
+    data_wait_s: float = 0.0
+    comm_s: float = 0.0
+    step_times: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Rank:
+    first: StepCounters
+    prev: StepCounters
+    cur: StepCounters
+    rates: dict[str, float] = field(default_factory=dict)
+
+
+class JobThroughput:
+    """The job's ``train/*`` numbers from every rank's :class:`StepCounters`.
+
+    Rates are per rank over the window between two derivations, using the worker's own
+    clock, then summed over ranks (data parallel: each rank processes its own samples).
+    Time fractions are of the rank's wall time in the window, averaged over ranks.
+
+    Parameters
+    ----------
+    gpus_per_worker : float
+        0 on CPU: then ``per_accelerator`` is per worker and no ``_per_gpu`` key is made.
+    flops_per_token : float, optional
+        Model FLOPs per token (:func:`~.flops.flops_per_token`); with ``peak_flops``
+        (FLOP/s per accelerator) gives ``train/mfu``.
+    window : int
+        Step durations kept for the p50/p95 step time.
+    stale_s : float
+        A rank whose counters have not moved for this long counts with rate 0.
+    """
+
+    def __init__(
+        self,
+        gpus_per_worker: float = 0.0,
+        flops_per_token: float | None = None,
+        peak_flops: float | None = None,
+        window: int = 512,
+        stale_s: float = 10.0,
+    ):
+        self.gpus_per_worker = gpus_per_worker
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.stale_s = stale_s
+        self._ranks: dict[int, _Rank] = {}
+        self._durations: deque[float] = deque(maxlen=window)
+
+    def update(self, rank: int, counters: StepCounters) -> None:
+        """Take rank ``rank``'s latest counters (older or repeated ones are ignored)."""
+        state = self._ranks.get(rank)
+        if state is None:
+            self._ranks[rank] = _Rank(counters, counters, counters)
+            self._durations.extend(counters.step_times)
+            return
+        if counters.time <= state.cur.time:
+            return
+        if counters.steps < state.cur.steps:  # the worker restarted: a new baseline
+            self._ranks[rank] = _Rank(counters, counters, counters)
+            return
+        state.cur = counters
+        self._durations.extend(counters.step_times)
+
+    @property
+    def steps(self) -> int:
+        """Steps completed by rank 0 (else the lowest rank seen): the x-axis of ``train/*``."""
+        if not self._ranks:
+            return 0
+        return self._ranks[min(self._ranks)].cur.steps
+
+    def derive(self, now: float) -> dict[str, float]:
+        """The job's numbers over the window since the previous call.
+
+        Keys (units): ``train/samples_per_s``, ``train/tokens_per_s`` (sum over ranks),
+        ``train/tokens_per_s_per_worker``, ``train/tokens_per_s_per_gpu`` (GPU jobs),
+        ``train/samples``, ``train/tokens`` (totals), ``train/step_time_s`` (mean, s),
+        ``train/step_time_p50_s``, ``train/step_time_p95_s``, ``train/data_wait_fraction``,
+        ``train/comm_s`` (allreduce time per step, s), ``train/comm_fraction`` (of wall
+        time; may overlap compute), ``train/mfu`` (fraction; only with a FLOPs count and
+        a peak). A key is left out when nothing measured it (no tokens reported, say).
+        """
+        if not self._ranks:
+            return {}
+        totals = {"samples": 0.0, "tokens": 0.0}
+        rates = {"samples": 0.0, "tokens": 0.0}
+        fractions: dict[str, list[float]] = {"data_wait": [], "comm": []}
+        d_steps = d_step_time = d_comm = 0.0
+        saw = dict.fromkeys(("samples", "tokens", "step_time", "data_wait", "comm"), False)
+        for state in self._ranks.values():
+            cur, prev = state.cur, state.prev
+            for name in ("samples", "tokens"):
+                totals[name] += getattr(cur, name)
+                saw[name] |= getattr(cur, name) > 0
+            saw["step_time"] |= cur.step_time_s > 0
+            saw["data_wait"] |= cur.data_wait_s > 0
+            saw["comm"] |= cur.comm_s > 0
+            dt = cur.time - prev.time
+            if dt > 0:
+                state.rates = {
+                    "samples": (cur.samples - prev.samples) / dt,
+                    "tokens": (cur.tokens - prev.tokens) / dt,
+                    "data_wait": (cur.data_wait_s - prev.data_wait_s) / dt,
+                    "comm": (cur.comm_s - prev.comm_s) / dt,
+                }
+                d_steps += cur.steps - prev.steps
+                d_step_time += cur.step_time_s - prev.step_time_s
+                d_comm += cur.comm_s - prev.comm_s
+                state.prev = cur
+            elif now - cur.time > self.stale_s:
+                state.rates = {k: 0.0 for k in state.rates}
+            for name in ("samples", "tokens"):
+                rates[name] += state.rates.get(name, 0.0)
+            for name in fractions:
+                if name in state.rates:
+                    fractions[name].append(state.rates[name])
+        out: dict[str, float] = {}
+        workers = len(self._ranks)
+        measured = any(state.rates for state in self._ranks.values())
+        if saw["samples"]:
+            out["train/samples"] = totals["samples"]
+            if measured:
+                out["train/samples_per_s"] = rates["samples"]
+        if saw["tokens"]:
+            out["train/tokens"] = totals["tokens"]
+        if saw["tokens"] and measured:
+            out["train/tokens_per_s"] = rates["tokens"]
+            per_worker = rates["tokens"] / workers
+            out["train/tokens_per_s_per_worker"] = per_worker
+            per_accelerator = per_worker
+            if self.gpus_per_worker:
+                per_accelerator = per_worker / self.gpus_per_worker
+                out["train/tokens_per_s_per_gpu"] = per_accelerator
+            if self.flops_per_token and self.peak_flops:
+                out["train/mfu"] = mfu(per_accelerator, self.flops_per_token, self.peak_flops)
+        if saw["step_time"] and d_steps > 0:
+            out["train/step_time_s"] = d_step_time / d_steps
+        if self._durations:
+            out["train/step_time_p50_s"] = percentile(self._durations, 50)
+            out["train/step_time_p95_s"] = percentile(self._durations, 95)
+        if saw["data_wait"] and fractions["data_wait"]:
+            out["train/data_wait_fraction"] = sum(fractions["data_wait"]) / workers
+        if saw["comm"] and fractions["comm"]:
+            out["train/comm_fraction"] = sum(fractions["comm"]) / workers
+            if d_steps > 0:
+                out["train/comm_s"] = d_comm / d_steps
+        return out

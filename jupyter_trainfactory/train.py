@@ -1,0 +1,15 @@
+"""The worker API: what a training function calls inside a trainfactory job.
+
+``import jupyter_trainfactory.train as trainfactory`` imports no Jupyter package, Ray or
+torch, so it works on any Ray worker. Outside a trainfactory job every call does nothing
+(one warning), so the same function also runs under plain Ray Train.
+
+- ``trainfactory.log(metrics, step=None, *, samples=None, tokens=None, rank_zero_only=True)``
+- ``with trainfactory.step(samples=B, tokens=B * T): ...``
+- ``with trainfactory.data_wait(): ...`` or ``for batch in trainfactory.data_wait(loader): ...``
+- ``trainfactory.watch(model, layers=L, heads=H, head_dim=Q, seq_len=T)``
+"""
+
+from ray_backend.session import data_wait, log, step, watch
+
+__all__ = ["data_wait", "log", "step", "watch"]
