@@ -101,6 +101,7 @@ def _payload_dir(job_id: str, fn: Callable) -> Path:
     """
     import cloudpickle
 
+    _ship_by_value(fn)
     module = f"_tf_payload_{job_id.replace('-', '_')}"
     path = state_dir() / "jobs" / job_id / module
     path.mkdir(parents=True, exist_ok=True)
@@ -113,6 +114,31 @@ def _payload_dir(job_id: str, fn: Callable) -> Path:
             f"The function or its config cannot be shipped to the cluster (cloudpickle: {exc})."
         ) from exc
     return path
+
+
+def _ship_by_value(fn: Callable) -> None:
+    """Pickle ``fn``'s module by value when it is a local file the cluster cannot import.
+
+    A training function imported from a file next to the notebook (``from tiny_gpt_train
+    import train_func``) would otherwise be pickled as a reference to that module, which
+    the workers do not have. Installed packages (site-packages, the standard library) and
+    this project's own packages stay references.
+    """
+    import sysconfig
+
+    import cloudpickle
+
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if module is None or not path or module.__name__ == "__main__":
+        return
+    if module.__name__.split(".")[0] in ("jupyter_trainfactory", "ray_backend"):
+        return
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    resolved = str(Path(path).resolve())
+    if any(resolved.startswith(str(Path(p).resolve()) + os.sep) for p in installed):
+        return
+    cloudpickle.register_pickle_by_value(module)
 
 
 def _check_resources(nodes: list[dict[str, float]], spec: JobSpec) -> None:

@@ -1,12 +1,9 @@
-"""MLflow: tag names, key hygiene, run creation and reading runs back."""
+"""MLflow: tag names, run creation and reading runs back (key hygiene: ``telemetry.keys``)."""
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = [
     "MetricPoint",
@@ -17,9 +14,7 @@ __all__ = [
     "find_job_run",
     "latest_points",
     "metric_history",
-    "numeric_items",
     "run_url",
-    "sanitize_key",
     "search_job_runs",
 ]
 
@@ -45,31 +40,6 @@ class TAG:
     CKPT_TIME = "trainfactory.checkpoint.time"
     STARTED = "trainfactory.started"
     WORKERS = "trainfactory.workers"
-
-
-_BAD_KEY_CHARS = re.compile(r"[^\w\-. /:]")
-
-
-def sanitize_key(key: str) -> str:
-    """MLflow accepts letters, digits, ``_ - . / :`` and space in keys; other characters become ``_``."""
-    key = _BAD_KEY_CHARS.sub("_", str(key)).strip("/ ")
-    return key[:250] or "_"
-
-
-def numeric_items(values: dict[str, Any]) -> dict[str, float]:
-    """The finite numeric entries of a metrics dict (bools as 0/1), keys sanitized."""
-    out: dict[str, float] = {}
-    for key, value in values.items():
-        if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-            try:
-                value = value.item()
-            except (TypeError, ValueError, RuntimeError):
-                continue
-        if isinstance(value, bool):
-            value = int(value)
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out[sanitize_key(key)] = float(value)
-    return out
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ class RunRecorder:
             counters = batch.get("counters")
             if counters:
                 self._worker_counters = True
-                self._throughput.update(rank, StepCounters(**counters))
+                self._throughput.update(rank, StepCounters(**counters), time.time())
             for key, value, step, wall_time in batch.get("points", ()):
                 self._add_user(key, value, step, wall_time)
             if rank == 0 and "model" in batch:
@@ -403,6 +403,8 @@ class RunRecorder:
             return  # first write wins
         self._last_step[mapped] = step
         self._push(self._user, mapped, number, int(wall_time * 1000), step)
+        if len(self._user) + len(self._system) > self._max_queued:
+            self._bound()
 
     @staticmethod
     def _push(queue: deque, key: str, value: float, ts: int, step: int) -> None:

@@ -1,9 +1,13 @@
 """RunRecorder against a real MLflow store (SQLite file, no server, no Ray)."""
 
+import json
+import threading
+import time
+
 import pytest
 from mlflow import MlflowClient
 
-from jupyter_trainfactory.tracking import TAG, sanitize_key
+from jupyter_trainfactory.tracking import TAG
 from ray_backend.recorder import RunRecorder
 
 
@@ -48,6 +52,212 @@ def test_finish_closes_run_with_error(store):
     assert run.data.metrics["acc"] == 0.5
 
 
-def test_key_hygiene():
-    assert sanitize_key("val/acc@top-1 (%)") == "val/acc_top-1 ___"
-    assert sanitize_key("/x/") == "x"
+class FlakyClient:
+    """Stands in for MlflowClient: records log_batch calls, fails while ``down``.
+
+    ``fail_after`` lets the next N requests succeed and then fails (a server that goes
+    away in the middle of a flush).
+    """
+
+    def __init__(self):
+        self.metrics = []
+        self.tags = {}
+        self.requests = []
+        self.down = False
+        self.fail_after = None
+        self.status = None
+
+    def log_batch(self, run_id, metrics=(), tags=()):
+        if self.fail_after is not None:
+            if self.fail_after == 0:
+                raise ConnectionError("connection refused")
+            self.fail_after -= 1
+        if self.down:
+            raise ConnectionError("connection refused")
+        assert len(metrics) + len(tags) <= 1000  # MLflow's per-request limit
+        self.requests.append(len(metrics))
+        self.metrics.extend(metrics)
+        self.tags.update({t.key: t.value for t in tags})
+
+    def set_terminated(self, run_id, status):
+        if self.down:
+            raise ConnectionError("connection refused")
+        self.status = status
+
+
+def _recorder(**kwargs):
+    rec = RunRecorder("http://unused", "run", flush_interval_s=3600, **kwargs)
+    rec._client = FlakyClient()
+    return rec, rec._client
+
+
+def _log(rec, rank, n, start=1, key="loss"):
+    points = [[key, float(s), s, 1000.0 + s] for s in range(start, start + n)]
+    rec.worker_batch(rank, {"points": points})
+
+
+def test_points_wait_while_the_server_is_away_and_arrive_exactly_once(capsys):
+    rec, fake = _recorder()
+    _log(rec, 0, 2500)
+    fake.fail_after = 1  # the first request goes through, then the server goes away
+    with pytest.raises(ConnectionError):
+        rec.flush()
+    rec._went_offline(ConnectionError("connection refused"))
+    assert len(fake.metrics) == 900 and rec.stats()["queued"] == 1600
+    fake.fail_after, fake.down = None, True
+    _log(rec, 0, 500, start=2501)  # training goes on meanwhile
+    with pytest.raises(ConnectionError):
+        rec.flush()
+    assert rec.stats()["queued"] == 2100
+    fake.down = False
+    rec.flush()
+    steps = [m.step for m in fake.metrics if m.key == "loss"]
+    assert sorted(steps) == list(range(1, 3001))  # every point once: no loss, no duplicate
+    assert max(fake.requests) == 900
+    out = capsys.readouterr().out
+    assert "tracking server unreachable (connection refused)" in out
+    assert "tracking server back after" in out and "2100 points were queued" in out
+    assert rec.stats()["offline_s"] > 0 and rec.stats()["dropped"] == 0
+    rec.flush()  # the outage tags
+    assert fake.tags["trainfactory.tracking.dropped_points"] == "0"
+
+
+def test_the_bound_drops_oldest_system_points_never_user_points():
+    rec, fake = _recorder(max_queued=100)
+    fake.down = True
+    for i in range(60):
+        rec.node_metrics({"system/n1/cpu_utilization": float(i)}, i, 1000.0 + i * 1.0)
+    _log(rec, 0, 80)
+    assert rec.stats() == {
+        "queued": 100,
+        "queued_user": 80,
+        "dropped": 40,  # 140 points for a bound of 100: the 40 oldest system samples go
+        "offline_s": 0.0,
+        "nonfinite": 0,
+    }
+    _log(rec, 0, 50, start=81)  # beyond the bound with no system point left: user points stay
+    assert rec.stats()["queued_user"] == 130 and rec.stats()["dropped"] == 60
+    fake.down = False
+    rec.flush()
+    cpu = sorted(m.step for m in fake.metrics if m.key == "system/n1/cpu_utilization")
+    assert cpu == []  # all 60 system samples were the oldest
+    assert sorted(m.step for m in fake.metrics if m.key == "loss") == list(range(1, 131))
+
+
+def test_nonfinite_values_are_counted_and_flagged_never_written():
+    rec, fake = _recorder()
+    rec.worker_batch(
+        0,
+        {
+            "points": [
+                ["loss", 1.0, 1, 1.0],
+                ["loss", float("nan"), 2, 2.0],
+                ["gn", float("inf"), 3, 3.0],
+            ]
+        },
+    )
+    rec.report([{"acc": float("-inf"), "step": 4}], None, 4.0)
+    rec.flush()
+    assert [(m.key, m.step) for m in fake.metrics if m.key in ("loss", "gn", "acc")] == [
+        ("loss", 1)
+    ]
+    assert fake.tags["trainfactory.nonfinite.first_step"] == "2"
+    assert fake.tags["trainfactory.nonfinite.first_key"] == "loss"
+    assert fake.tags["trainfactory.nonfinite.count"] == "3"
+    assert rec.stats()["nonfinite"] == 3
+    counts = [m.value for m in fake.metrics if m.key == "train/nonfinite_count"]
+    assert counts == [1.0, 2.0, 3.0]
+
+
+def test_keys_are_mapped_and_renames_recorded():
+    rec, fake = _recorder()
+    rec.worker_batch(0, {"points": [["loss", 1.0, 1, 1.0], ["loss/val", 2.0, 1, 1.0]]})
+    rec.worker_batch(0, {"points": [["acc@1", 0.5, 1, 1.0]]})
+    rec._derive(10.0)
+    rec.flush()
+    assert {m.key for m in fake.metrics} == {"loss", "loss_/val", "acc_1"}
+    assert json.loads(fake.tags["trainfactory.renamed_keys"]) == {
+        "loss/val": "loss_/val",
+        "acc@1": "acc_1",
+    }
+
+
+def test_per_gpu_series_are_thinned_for_large_jobs_but_the_cluster_view_is_not():
+    # 40 GPUs x 5 metrics = 200 per-device values for a budget of 100 points/s:
+    # each node's series is written every 200 / 100 = 2 s; the aggregates every tick.
+    rec, fake = _recorder(device_points_per_s=100)
+    names = ("utilization", "memory_used_mb", "power_w", "temperature_c", "sm_clock_mhz")
+    for t in range(10):
+        for node in range(5):
+            values = {
+                f"system/n{node}/gpu{g}/{name}": float(10 * g + t)
+                for g in range(8)
+                for name in names
+            }
+            rec.node_metrics(values, t, 1000.0 + t)
+        rec._derive(1000.0 + t)
+    rec.flush()
+    per_gpu = [m for m in fake.metrics if m.key == "system/n0/gpu3/utilization"]
+    assert [m.step for m in per_gpu] == [0, 2, 4, 6, 8]
+    util_max = [m.value for m in fake.metrics if m.key == "system/cluster/gpu_utilization_max"]
+    assert util_max == [70.0 + t for t in range(10)]  # gpu7 = 10 * 7 + t
+    util_mean = [m.value for m in fake.metrics if m.key == "system/cluster/gpu_utilization_mean"]
+    assert util_mean[0] == pytest.approx(35.0)  # mean of 0, 10, ..., 70
+
+
+def test_energy_from_sampled_power():
+    rec, fake = _recorder()
+    for t in range(4):  # 2 GPUs at 300 W and 100 W for 3 s: 1200 J
+        rec.node_metrics(
+            {"system/n0/gpu0/power_w": 300.0, "system/n0/gpu1/power_w": 100.0}, t, 1000.0 + t
+        )
+    rec._derive(1003.0)
+    rec.flush()
+    kwh = [m.value for m in fake.metrics if m.key == "energy/gpu_kwh"]
+    assert kwh == [pytest.approx(1200 / 3.6e6)]
+
+
+def test_worker_counters_give_throughput_and_mfu():
+    rec, fake = _recorder(gpus_per_worker=1.0, peak_tflops=100.0)
+    rec.worker_batch(0, {"model": {"n_params": 1000}, "device": {"device_name": "NVIDIA H100"}})
+    for rank in (0, 1):
+        rec.worker_batch(rank, {"counters": {"time": 10.0, "steps": 10, "tokens": 1000.0}})
+        rec.worker_batch(rank, {"counters": {"time": 12.0, "steps": 30, "tokens": 5000.0}})
+    rec._derive(12.0)
+    rec.flush()
+    last = {m.key: m.value for m in fake.metrics}
+    assert last["train/tokens_per_s"] == pytest.approx(2 * 4000 / 2.0)
+    assert last["train/tokens_per_s_per_gpu"] == pytest.approx(2000.0)
+    # --peak-tflops wins over the table: 2000 tokens/s * 6 * 1000 FLOPs / 100e12
+    assert last["train/mfu"] == pytest.approx(2000.0 * 6000 / 100e12)
+    assert fake.tags["trainfactory.flops_per_token"] == "6000"
+    assert fake.tags["trainfactory.peak_flops"] == "1e+14"
+    assert fake.tags["trainfactory.mfu_note"] == ""
+
+
+def test_checkpoint_saves_give_bandwidth():
+    rec, fake = _recorder()
+    rec.worker_batch(0, {"checkpoints": [{"save_s": 0.5, "bytes": 200_000_000, "time": 5.0}]})
+    rec.worker_batch(1, {"checkpoints": [{"save_s": 9.0, "bytes": 1, "time": 5.0}]})  # not rank 0's
+    rec.flush()
+    values = {m.key: (m.step, m.value) for m in fake.metrics}
+    assert values == {
+        "checkpoint/save_s": (1, 0.5),
+        "checkpoint/bytes": (1, 200_000_000.0),
+        "checkpoint/mb_per_s": (1, 400.0),
+    }
+
+
+def test_finish_waits_for_the_server_and_then_closes_the_run():
+    rec, fake = _recorder()
+    _log(rec, 0, 10)
+    fake.down = True
+
+    def back():
+        time.sleep(1.5)
+        fake.down = False
+
+    threading.Thread(target=back).start()
+    stats = rec.finish("FINISHED", "SUCCEEDED", timeout_s=30)
+    assert fake.status == "FINISHED" and stats["queued"] == 0
+    assert sorted(m.step for m in fake.metrics if m.key == "loss") == list(range(1, 11))

@@ -21,6 +21,7 @@ class Snapshot:
 
     info: JobInfo
     points: list[tracking.MetricPoint]
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 class RunSource:
@@ -41,7 +42,8 @@ class RunSource:
                 run = self.client.get_run(self.run_id)
         else:
             info = job_info(run, job_state(run.info.status, None, run.data.tags), self.tracking_uri)
-        return Snapshot(info, tracking.latest_points(run))
+        tags = {k: v for k, v in run.data.tags.items() if k.startswith("trainfactory.")}
+        return Snapshot(info, tracking.latest_points(run), tags)
 
     def history(self, keys: list[str], max_points: int) -> dict[str, list[tracking.MetricPoint]]:
         return {k: tracking.metric_history(self.client, self.run_id, k, max_points) for k in keys}
@@ -53,7 +55,9 @@ class DashboardModel:
 
     ``series[key]`` holds at most ``rollover`` ``(step, value)`` points per user or
     ``train/*`` metric; ``nodes[node][metric]`` the latest ``system/<node>/<metric>``
-    value. ``update`` returns, per series, the points that are new since the last call.
+    value (``metric`` is ``gpu0/utilization`` for a GPU); ``cluster[name]`` the latest
+    ``system/cluster/<name>`` aggregate; ``tags`` the run's ``trainfactory.*`` tags.
+    ``update`` returns, per series, the points that are new since the last call.
     """
 
     rollover: int = DEFAULT_ROLLOVER
@@ -61,6 +65,8 @@ class DashboardModel:
     series: dict[str, deque] = field(default_factory=dict)
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)
     latest: dict[str, float] = field(default_factory=dict)
+    cluster: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
     polls: int = 0
 
     @property
@@ -86,12 +92,16 @@ class DashboardModel:
         """Apply one snapshot; return the new points per series."""
         self.polls += 1
         self.info = snap.info
+        self.tags = snap.tags
         new: dict[str, list[tuple[int, float]]] = {}
         for p in snap.points:
             if p.key.startswith("system/"):
                 _, _, rest = p.key.partition("/")
                 node, _, metric = rest.partition("/")
-                self.nodes.setdefault(node, {})[metric] = p.value
+                if node == "cluster":
+                    self.cluster[metric] = p.value
+                else:
+                    self.nodes.setdefault(node, {})[metric] = p.value
                 continue
             self.latest[p.key] = p.value
             series = self._series(p.key)

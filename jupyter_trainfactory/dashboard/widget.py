@@ -25,7 +25,29 @@ _STATE_COLOURS = {
     "FAILED": "#cf222e",
     "STOPPED": "#57606a",
 }
-_NOT_PLOTTED = {"train/samples", "checkpoint/step"}
+#: ``train/*`` series worth a plot; the others are shown as numbers in the header.
+_PLOTTED_TRAIN = {
+    "train/samples_per_s",
+    "train/tokens_per_s",
+    "train/mfu",
+    "train/step_time_s",
+}
+#: Above this many GPUs the node table shows the cluster min / mean / max, not every GPU.
+MAX_GPU_ROWS = 16
+
+
+def _plotted(key: str) -> bool:
+    if key.startswith(("train/", "checkpoint/", "energy/")):
+        return key in _PLOTTED_TRAIN
+    return True
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{1000 * value:.1f} ms"
 
 
 def _fmt_duration(seconds: float | None) -> str:
@@ -154,9 +176,11 @@ class JobDashboard(widgets.VBox):
                 self._footer.value = ""
             except Exception as exc:  # tracking server briefly away: say so, back off
                 delay = min(delay * 2, 30.0)
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 self._footer.value = (
-                    f"<small>Cannot read the run ({html.escape(str(exc)[:200])});"
-                    f" retrying in {delay:.0f} s.</small>"
+                    '<div style="color:#cf222e"><b>tracking server unreachable</b>'
+                    f" ({html.escape(first[:200])}); the job goes on and its recorder queues"
+                    f" the points; retrying in {delay:.0f} s.</div>"
                 )
 
     def stop(self) -> None:
@@ -176,7 +200,7 @@ class JobDashboard(widgets.VBox):
 
     # -- rendering --------------------------------------------------------------
     def _plot(self, key: str, points: list[tuple[int, float]]) -> None:
-        if key in _NOT_PLOTTED or not points:
+        if not _plotted(key) or not points:
             return
         if key not in self._figures:
             from bokeh.models import ColumnDataSource
@@ -225,39 +249,139 @@ class JobDashboard(widgets.VBox):
             f"<b>{html.escape(info.job_id)}</b> {html.escape(info.name)}",
             f"elapsed {_fmt_duration(self.model.elapsed_s())}",
             f"step {'-' if info.step is None else info.step}",
-            f"{_fmt_number(self.model.latest.get('train/samples_per_s'), 'samples/s')}",
             f"checkpoint {ckpt}",
             link,
         ]
         text = " &nbsp;|&nbsp; ".join(cells)
+        perf = self._performance_cells()
+        if perf:
+            text += "<div>" + " &nbsp;|&nbsp; ".join(perf) + "</div>"
+        for warning in self._warnings():
+            text += f'<div style="color:#bc4c00">&#9888; {warning}</div>'
         if detail:
             text += f'<div style="color:{colour}"><code>{html.escape(detail)}</code></div>'
         self._header.value = f'<div style="font-family:var(--jp-ui-font-family)">{text}</div>'
         self._nodes.value = self._nodes_html()
 
-    def _nodes_html(self) -> str:
-        if not self.model.nodes:
-            return ""
-        rows = []
-        for node, values in sorted(self.model.nodes.items()):
-            gpus = sorted(k for k in values if k.startswith("gpu") and k.endswith("/utilization"))
-            util = (
-                " ".join(f"{k.split('/')[0]} {values[k]:.0f} %" for k in gpus)
-                if gpus
-                else f"CPU {values.get('cpu_utilization', float('nan')):.0f} %"
+    def _performance_cells(self) -> list[str]:
+        """Throughput, MFU, step time and its split, checkpoint I/O, energy (what is known)."""
+        v = self.model.latest.get
+        cells = []
+        rates = []
+        if v("train/samples_per_s") is not None:
+            rates.append(_fmt_number(v("train/samples_per_s"), "samples/s"))
+        if v("train/tokens_per_s") is not None:
+            rates.append(_fmt_number(v("train/tokens_per_s"), "tokens/s"))
+            if v("train/tokens_per_s_per_gpu") is not None:
+                rates.append(_fmt_number(v("train/tokens_per_s_per_gpu"), "tokens/s per GPU"))
+            elif v("train/tokens_per_s_per_worker") is not None:
+                per_worker = _fmt_number(v("train/tokens_per_s_per_worker"), "tokens/s per worker")
+                rates.append(per_worker)
+        if rates:
+            cells.append("<b>throughput</b> " + " · ".join(rates))
+        if v("train/mfu") is not None:
+            cells.append(f"<b>MFU</b> {_pct(v('train/mfu'))}")
+        elif v("train/tokens_per_s") is not None:
+            note = self.model.tags.get("trainfactory.mfu_note") or "MFU unavailable"
+            cells.append(f'<b>MFU</b> <span title="{html.escape(note)}">unavailable</span>')
+        if v("train/step_time_s") is not None:
+            cells.append(
+                f"<b>step</b> {_fmt_ms(v('train/step_time_s'))} (p50"
+                f" {_fmt_ms(v('train/step_time_p50_s'))}, p95 {_fmt_ms(v('train/step_time_p95_s'))})"
             )
+        split = []
+        if v("train/data_wait_fraction") is not None:
+            split.append(f"data wait {_pct(v('train/data_wait_fraction'))}")
+        if v("train/comm_fraction") is not None:
+            split.append(
+                f"allreduce {_pct(v('train/comm_fraction'))}"
+                f" ({_fmt_ms(v('train/comm_s'))}/step, may overlap compute)"
+            )
+        if split:
+            cells.append("<b>wall time</b> " + " · ".join(split))
+        if v("checkpoint/save_s") is not None:
+            save = f"<b>checkpoint save</b> {v('checkpoint/save_s'):.3g} s"
+            if v("checkpoint/mb_per_s") is not None:
+                save += f" · {_fmt_number(v('checkpoint/mb_per_s'), 'MB/s')}"
+                save += f" · {_fmt_number(v('checkpoint/bytes') / 1e6, 'MB')}"
+            cells.append(save)
+        if v("energy/gpu_kwh") is not None:
+            cells.append(f"<b>GPU energy</b> {v('energy/gpu_kwh'):.3g} kWh")
+        return cells
+
+    def _warnings(self) -> list[str]:
+        tags = self.model.tags
+        out = []
+        count = tags.get("trainfactory.nonfinite.count")
+        if count:
+            out.append(
+                f"{html.escape(count)} non-finite value(s) (NaN or inf), first"
+                f" <code>{html.escape(tags.get('trainfactory.nonfinite.first_key', '?'))}</code>"
+                f" at step {html.escape(tags.get('trainfactory.nonfinite.first_step', '?'))};"
+                " not written to MLflow"
+            )
+        outage = tags.get("trainfactory.tracking.last_outage")
+        if outage and self.model.info is not None and not self.model.finished:
+            out.append(html.escape(outage))
+        return out
+
+    def _nodes_html(self) -> str:
+        nodes = self.model.nodes
+        if not nodes:
+            return ""
+        gpus = {
+            (node, key.split("/")[0])
+            for node, values in nodes.items()
+            for key in values
+            if key.startswith("gpu") and "/" in key
+        }
+        rows = []
+        for node, values in sorted(nodes.items()):
             mem = values.get("memory_used_mb")
             rows.append(
-                f"<tr><td>{html.escape(node)}</td><td>{util}</td>"
-                f"<td>{'-' if mem is None else f'{mem / 1024:.1f} GiB'}</td></tr>"
+                f"<tr><td>{html.escape(node)}</td><td>CPU</td>"
+                f"<td>{values.get('cpu_utilization', float('nan')):.0f} %</td>"
+                f"<td>{'-' if mem is None else f'{mem / 1024:.1f} GiB'}</td><td></td><td></td></tr>"
             )
+        if len(gpus) <= MAX_GPU_ROWS:
+            for node, label in sorted(gpus):
+                g = {
+                    k.split("/", 1)[1]: x
+                    for k, x in nodes[node].items()
+                    if k.startswith(label + "/")
+                }
+                rows.append(
+                    f"<tr><td>{html.escape(node)}</td><td>{html.escape(label)}</td>"
+                    f"<td>{_num(g.get('utilization'), '%')}</td>"
+                    f"<td>{_mem(g.get('memory_used_mb'), g.get('memory_total_mb'))}</td>"
+                    f"<td>{_num(g.get('power_w'), 'W')}</td>"
+                    f"<td>{_num(g.get('temperature_c'), '&deg;C')}</td></tr>"
+                )
+        else:
+            c = self.model.cluster
+            for metric, unit in (("utilization", "%"), ("power_w", "W"), ("memory_used_mb", "MB")):
+                stats = [c.get(f"gpu_{metric}_{s}") for s in ("min", "mean", "max")]
+                rows.append(
+                    f"<tr><td>cluster ({len(gpus)} GPUs)</td><td>{metric} min / mean / max</td>"
+                    f"<td colspan=4>{' / '.join(_num(x, unit) for x in stats)}</td></tr>"
+                )
         return (
-            "<table><tr><th>node</th><th>utilization</th><th>host memory used</th></tr>"
-            + "".join(rows)
-            + "</table>"
+            "<table><tr><th>node</th><th>device</th><th>utilization</th><th>memory used</th>"
+            "<th>power</th><th>temperature</th></tr>" + "".join(rows) + "</table>"
         )
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the poller stops (the job ended), for scripts and tests."""
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def _num(value: float | None, unit: str) -> str:
+    return "n/a" if value is None else f"{value:,.0f} {unit}"
+
+
+def _mem(used: float | None, total: float | None) -> str:
+    if used is None:
+        return "n/a"
+    text = f"{used / 1024:.1f}"
+    return text + (f" / {total / 1024:.0f} GiB" if total else " GiB")

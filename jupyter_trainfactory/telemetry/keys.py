@@ -21,7 +21,9 @@ _SLASHES = re.compile(r"/+")
 
 
 def clean_key(key: Any) -> str:
-    """Characters MLflow refuses become ``_``; empty path segments are dropped.
+    """Characters MLflow refuses become ``_``; empty path segments are dropped and ``.``
+    or ``..`` segments become ``_`` or ``__`` (MLflow refuses names a path normalization
+    would change).
 
     A key longer than 250 characters keeps its first 241 and ends with ``~`` and 8 hex
     digits of the SHA-1 of the original key, so two long keys that share a prefix stay
@@ -29,10 +31,17 @@ def clean_key(key: Any) -> str:
     """
     text = str(key)
     out = _SLASHES.sub("/", _BAD.sub("_", text)).strip("/ ") or "_"
-    if len(out) > MAX_KEY_LENGTH:
-        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
-        out = out[: MAX_KEY_LENGTH - 9].rstrip("/") + "~" + digest
-    return out
+    # MLflow refuses names that normpath would change: "." and ".." segments become "_"s.
+    out = "/".join("_" * len(p) if p in (".", "..") else p for p in out.split("/"))
+    return _fit(out, text)
+
+
+def _fit(key: str, original: str) -> str:
+    """``key`` cut to 250 characters with a hash of ``original`` when it is longer."""
+    if len(key) <= MAX_KEY_LENGTH:
+        return key
+    digest = hashlib.sha1(original.encode()).hexdigest()[:8]
+    return key[: MAX_KEY_LENGTH - 9].rstrip("/") + "~" + digest
 
 
 def to_float(value: Any) -> float | None:
@@ -94,7 +103,7 @@ class KeyMapper:
                     break
             else:
                 return key
-            key = "/".join(parts)
+            key = _fit("/".join(parts), "/".join(parts))
 
     def __len__(self) -> int:
         return len(self._map)

@@ -135,6 +135,7 @@ class _Rank:
     first: StepCounters
     prev: StepCounters
     cur: StepCounters
+    received: float  # when the latest counters arrived, on the deriving side's clock
     rates: dict[str, float] = field(default_factory=dict)
 
 
@@ -173,19 +174,22 @@ class JobThroughput:
         self._ranks: dict[int, _Rank] = {}
         self._durations: deque[float] = deque(maxlen=window)
 
-    def update(self, rank: int, counters: StepCounters) -> None:
-        """Take rank ``rank``'s latest counters (older or repeated ones are ignored)."""
+    def update(self, rank: int, counters: StepCounters, received: float | None = None) -> None:
+        """Take rank ``rank``'s latest counters (older or repeated ones are ignored).
+
+        ``received``: when they arrived, on the clock :meth:`derive`'s ``now`` uses
+        (default: ``counters.time``); staleness is judged on that clock, so a worker
+        whose clock is off does not look stale.
+        """
+        received = counters.time if received is None else received
         state = self._ranks.get(rank)
-        if state is None:
-            self._ranks[rank] = _Rank(counters, counters, counters)
-            self._durations.extend(counters.step_times)
+        if state is not None and counters.time <= state.cur.time:
             return
-        if counters.time <= state.cur.time:
-            return
-        if counters.steps < state.cur.steps:  # the worker restarted: a new baseline
-            self._ranks[rank] = _Rank(counters, counters, counters)
-            return
-        state.cur = counters
+        if state is None or counters.steps < state.cur.steps:  # new, or restarted: a baseline
+            self._ranks[rank] = _Rank(counters, counters, counters, received)
+        else:
+            state.cur = counters
+            state.received = received
         self._durations.extend(counters.step_times)
 
     @property
@@ -233,7 +237,7 @@ class JobThroughput:
                 d_step_time += cur.step_time_s - prev.step_time_s
                 d_comm += cur.comm_s - prev.comm_s
                 state.prev = cur
-            elif now - cur.time > self.stale_s:
+            elif now - state.received > self.stale_s:
                 state.rates = {k: 0.0 for k in state.rates}
             for name in ("samples", "tokens"):
                 rates[name] += state.rates.get(name, 0.0)
@@ -241,7 +245,7 @@ class JobThroughput:
                 if name in state.rates:
                     fractions[name].append(state.rates[name])
         out: dict[str, float] = {}
-        workers = len(self._ranks)
+        workers = sum(1 for state in self._ranks.values() if state.rates) or len(self._ranks)
         measured = any(state.rates for state in self._ranks.values())
         if saw["samples"]:
             out["train/samples"] = totals["samples"]
