@@ -41,7 +41,12 @@ back from SQLite: every ``rank<r>/loss`` key must hold exactly the points sent f
 = sent - written; written > sent would be duplicates). MLflow requests are derived, not
 counted: ``ceil(rows / 900)`` (``MAX_BATCH_METRICS``) is a lower bound. The per-GPU write
 rate is compared with RunRecorder's documented budget (``device_points_per_s``: each node
-written every ``n_values / device_points_per_s`` s).
+written every ``n_values / device_points_per_s`` s): the whole-run figure counts each
+node's first sample, which is always written, so a short run overstates it; the steady
+figure comes from the sample indexes between a node's writes. ``node writes`` shows how
+many nodes are written at the same sample index (in phase, the writes come as bursts), and
+``live cadence`` how often the recorder's derived ``system/cluster/*`` and ``train/*``
+points were written during the load (documented: 1 Hz).
 
 Prints a summary and one JSON object (also written to ``--json PATH``). Exit code 0 when
 no user point was lost and the recorder's queue stayed within its ``max_queued``; 1
@@ -139,6 +144,7 @@ class LoadGenerator:
         self.done = False
         self.error = ""
         self._markers: deque = deque()
+        self._markers_lock = threading.Lock()
         self._last_ref = None
         self._thread: threading.Thread | None = None
 
@@ -177,10 +183,10 @@ class LoadGenerator:
                 for spec in node_slots[s]:
                     self._send_node(spec, tick, now)
             if self._last_ref is not None:
-                self._markers.append((tick, self._last_ref))
+                with self._markers_lock:
+                    self._markers.append((tick, self._last_ref))
             tick += 1
             self.ticks = tick
-            self._check_markers()
 
     def _send_worker(self, rank: int, now: float) -> None:
         rng = self._rng
@@ -213,17 +219,17 @@ class LoadGenerator:
     def _check_markers(self) -> None:
         import ray
 
-        if not self._markers:
-            return
-        refs = [ref for _, ref in self._markers]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
-        ready_set = set(ready)
-        while self._markers and self._markers[0][1] in ready_set:
-            self.processed_tick = self._markers.popleft()[0]
+        with self._markers_lock:
+            if not self._markers:
+                return
+            refs = [ref for _, ref in self._markers]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            ready_set = set(ready)
+            while self._markers and self._markers[0][1] in ready_set:
+                self.processed_tick = self._markers.popleft()[0]
 
     def progress(self) -> dict[str, Any]:
-        if self.done:
-            self._check_markers()
+        self._check_markers()
         return {
             "worker_calls": self.worker_calls,
             "node_calls": self.node_calls,
@@ -275,6 +281,11 @@ class Store:
     def counts(self, like: str) -> dict[str, int]:
         sql = "SELECT key, COUNT(*) FROM metrics WHERE run_uuid=? AND key LIKE ? GROUP BY key"
         return dict(self._conn.execute(sql, (self._run, like)).fetchall())
+
+    def per_step(self, where: str) -> list[int]:
+        """Rows per step of the keys matching ``where`` (system series: per sample index)."""
+        sql = f"SELECT COUNT(*) FROM metrics WHERE run_uuid=? AND {where} GROUP BY step"
+        return [n for (n,) in self._conn.execute(sql, (self._run,))]
 
     def write_intervals(self, like: str) -> list[int]:
         """Steps between consecutive written points of each key matching ``like``."""
@@ -538,6 +549,12 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
     system_written = store.rows(system_like)
     gpu_rows = store.rows(system_like + " AND key LIKE 'system/%/gpu%/%'")
     gaps = store.write_intervals("system/%/gpu0/utilization")
+    bursts = store.per_step(system_like)
+    window = "timestamp BETWEEN ? AND ?", int(t0 * 1000), int((t0 + load_s) * 1000)
+    cluster_points = store.rows(
+        "key = 'system/cluster/gpu_utilization_mean' AND " + window[0], *window[1:]
+    )
+    train_points = store.rows("key = 'train/tokens_per_s' AND " + window[0], *window[1:])
     total_rows = store.rows()
     derived_rows = total_rows - user_written_total - system_written
     store.close()
@@ -607,6 +624,11 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
             "code_node_every_samples": code_every,
             "measured_node_interval_samples": _mean(gaps) if gaps else None,
             "measured_node_interval_median": statistics.median(gaps) if gaps else None,
+            "per_gpu_points_per_s_steady": len(GPU_METRICS) / _mean(gaps) if gaps else None,
+            "sample_indexes_written": len(bursts),
+            "max_points_one_sample_index": max(bursts, default=0),
+            "cluster_view_hz": cluster_points / load_s,
+            "train_hz": train_points / load_s,
         },
         "recorder_derived_rows": derived_rows,
         "queue": {
@@ -662,8 +684,13 @@ def summary(r: dict[str, Any]) -> str:
         f" {s['documented_per_gpu_points_per_s']:.3f} (node every {s['documented_node_period_s']:.2f} s);"
         f" code's formula {s['code_node_period_s']:.2f} s -> every {s['code_node_every_samples']}"
         f" samples; measured every {interval:.2f} samples"
+        f" (steady {s['per_gpu_points_per_s_steady']:.3f} points/s/GPU)"
         if interval is not None
         else f"per-GPU rate : {s['per_gpu_points_per_s']:.3f} points/s/GPU (no repeated node write)",
+        f"node writes  : {s['sample_indexes_written']} distinct sample indexes written, up to"
+        f" {s['max_points_one_sample_index']} system points at one index (nodes in phase)",
+        f"live cadence : system/cluster/* {s['cluster_view_hz']:.2f} Hz (documented 1 Hz),"
+        f" train/tokens_per_s {s['train_hz']:.2f} Hz, during the load",
         f"derived rows : {r['recorder_derived_rows']} (train/*, system/cluster/*, energy/*)",
         f"queue        : max {q['max_queued']} (user {q['max_queued_user']}) of bound {q['bound']};"
         f" stats() rtt mean {q['stats_rtt_mean_s'] or 0:.2f} s, max {q['stats_rtt_max_s'] or 0:.2f}"

@@ -28,8 +28,9 @@ class NodeSampler:
     Keys: ``system/<node>/cpu_utilization`` (%), ``system/<node>/memory_used_mb`` (MB), and
     per GPU ``system/<node>/<gpu label>/<name>`` with the names and units of
     :func:`~jupyter_trainfactory.telemetry.system.gpu_sample` (``utilization`` %,
-    ``memory_used_mb``, ``memory_total_mb``, ``power_w``, ``temperature_c``,
-    ``sm_clock_mhz``); values NVML cannot read are left out, never sent as 0.
+    ``memory_used_mb``, ``power_w``, ``temperature_c``, ``sm_clock_mhz``); values NVML
+    cannot read are left out, never sent as 0. Totals that do not change (memory) go to
+    the recorder once, with the device list.
 
     Only the GPUs the job's workers see are sampled: each worker calls
     :meth:`watch_devices` with its ``CUDA_VISIBLE_DEVICES``; until one does, the node's
@@ -74,7 +75,15 @@ class NodeSampler:
                 self._recorder.gpu_info.remote(
                     self._node,
                     [
-                        {"label": d.label, "uuid": d.uuid, "name": d.name, "mig": d.mig}
+                        {
+                            "label": d.label,
+                            "uuid": d.uuid,
+                            "name": d.name,
+                            "mig": d.mig,
+                            "memory_total_mb": gpu_sample(self._pynvml, d.handle).get(
+                                "memory_total_mb"
+                            ),
+                        }
                         for d in self._devices
                     ],
                     None,
@@ -83,12 +92,13 @@ class NodeSampler:
 
     def sample(self) -> dict[str, float]:
         """One sample of this node, keyed for MLflow."""
-        values = {f"{self._prefix}/{k}": v for k, v in host_sample(self._psutil).items()}
+        host = host_sample(self._psutil)
+        values = {f"{self._prefix}/{k}": v for k, v in host.items() if k != "memory_total_mb"}
         with self._lock:
             devices = list(self._devices)
         for device in devices:
             for key, value in gpu_sample(self._pynvml, device.handle).items():
-                if value is not None:
+                if value is not None and key != "memory_total_mb":
                     values[f"{self._prefix}/{device.label}/{key}"] = value
         return values
 

@@ -1,5 +1,7 @@
 """The dashboard's model and widget against a real MLflow run, polled by hand (no timing)."""
 
+import time
+
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
@@ -66,4 +68,86 @@ def test_background_poller_stops_when_the_job_ends(run):
     client.set_terminated(run_id, "KILLED")
     board.wait(timeout=30)
     assert not board.polling and board.model.info.state == "STOPPED"
+    board.close()
+
+
+def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
+    uri, client, run_id = run
+    values = {
+        "train/samples_per_s": 2000.0,
+        "train/tokens_per_s": 64000.0,
+        "train/tokens_per_s_per_gpu": 8000.0,
+        "train/mfu": 0.412,
+        "train/step_time_s": 0.0124,
+        "train/step_time_p50_s": 0.012,
+        "train/step_time_p95_s": 0.0154,
+        "train/data_wait_fraction": 0.15,
+        "train/comm_fraction": 0.08,
+        "train/comm_s": 0.001,
+        "checkpoint/save_s": 0.5,
+        "checkpoint/bytes": 200e6,
+        "checkpoint/mb_per_s": 400.0,
+        "system/n1/gpu0/utilization": 97.0,
+        "system/n1/gpu0/memory_used_mb": 40960.0,
+        "system/n1/gpu0/power_w": 650.0,
+        "system/n1/cpu_utilization": 30.0,
+    }
+    client.log_batch(run_id, metrics=[Metric(k, v, 1000, 3) for k, v in values.items()])
+    client.set_tag(run_id, "trainfactory.nonfinite.count", "2")
+    client.set_tag(run_id, "trainfactory.nonfinite.first_key", "loss")
+    client.set_tag(run_id, "trainfactory.nonfinite.first_step", "17")
+    client.set_tag(run_id, "trainfactory.gpus.n1", '[{"label": "gpu0", "memory_total_mb": 143360}]')
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    header, nodes = board._header.value, board._nodes.value
+    for text in (
+        "2,000 samples/s",
+        "64,000 tokens/s",
+        "8,000 tokens/s per GPU",
+        "MFU</b> 41.2 %",
+        "12.4 ms (p50 12.0 ms, p95 15.4 ms)",
+        "data wait 15.0 %",
+        "allreduce 8.0 % (1.0 ms/step, may overlap compute)",
+        "checkpoint save</b> 0.5 s · 400 MB/s · 200 MB",
+        "2 non-finite value(s)",
+        "<code>loss</code> at step 17",
+    ):
+        assert text in header, text
+    assert "gpu0" in nodes and "97 %" in nodes and "40.0 / 140 GiB" in nodes and "650 W" in nodes
+    assert set(board._figures) == {
+        "train/samples_per_s",
+        "train/tokens_per_s",
+        "train/mfu",
+        "train/step_time_s",
+    }  # the other train/ and checkpoint/ numbers are text, system/ ones a table
+    board.close()
+
+
+def test_mfu_is_unavailable_not_made_up(run):
+    uri, client, run_id = run
+    client.log_metric(run_id, "train/tokens_per_s", 5000.0, step=1)
+    note = "MFU unavailable: no peak FLOP/s known for this device; give --peak-tflops."
+    client.set_tag(run_id, "trainfactory.mfu_note", note)
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "MFU</b> <span" in board._header.value and "unavailable" in board._header.value
+    assert "give --peak-tflops" in board._header.value
+    board.close()
+
+
+class _DownSource:
+    """A RunSource whose tracking server has gone away."""
+
+    def snapshot(self):
+        raise ConnectionError("Connection refused")
+
+
+def test_unreachable_tracking_server_is_said(run):
+    uri, client, run_id = run
+    board = JobDashboard(source=RunSource(uri, run_id), interval_s=0.01, start=False)
+    board.source = _DownSource()
+    board.start()
+    deadline = time.monotonic() + 30
+    while "tracking server unreachable" not in board._footer.value:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "Connection refused" in board._footer.value and board.polling
     board.close()

@@ -28,3 +28,30 @@ def test_quickstart_notebook_reaches_090(services):
     assert "SUCCEEDED, run FINISHED" in result.stdout
     accuracy = float(result.stdout.split("final validation accuracy: ")[1].split()[0])
     assert accuracy >= 0.90
+
+
+@pytest.mark.job
+@pytest.mark.timeout(600)
+def test_tiny_gpt_notebook_beats_the_unigram_entropy(services):
+    """examples/tiny_gpt.ipynb: its last cell asserts, from the MLflow run, that the
+    validation loss ends below the unigram entropy, that every step was logged once, and
+    that tokens/s, allreduce time and checkpoint bandwidth were recorded."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "run_notebook.py"),
+            str(ROOT / "examples" / "tiny_gpt.ipynb"),
+            "--timeout",
+            "500",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=580,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ": SUCCEEDED," in result.stdout
+    final, entropy = result.stdout.split("-> ")[1].split(
+        " nats/char (unigram entropy of the validation text: "
+    )
+    assert float(final) < float(entropy.split(")")[0]) - 0.3
+    assert "tokens/s per worker" in result.stdout and "MB/s" in result.stdout

@@ -3,6 +3,7 @@
 import json
 import threading
 import time
+import zlib
 
 import pytest
 from mlflow import MlflowClient
@@ -183,9 +184,10 @@ def test_keys_are_mapped_and_renames_recorded():
 
 
 def test_per_gpu_series_are_thinned_for_large_jobs_but_the_cluster_view_is_not():
-    # 40 GPUs x 5 metrics = 200 per-device values for a budget of 100 points/s:
-    # each node's series is written every 200 / 100 = 2 s; the aggregates every tick.
-    rec, fake = _recorder(device_points_per_s=100)
+    # 5 nodes x 8 GPUs x 5 metrics + 5 nodes x 2 host values = 210 per-device values for a
+    # budget of 105 points/s: each node's series is written every ceil(210 / 105) = 2nd
+    # sample, the nodes staggered by crc32(node) % 2; the cluster aggregates every tick.
+    rec, fake = _recorder(device_points_per_s=105)
     names = ("utilization", "memory_used_mb", "power_w", "temperature_c", "sm_clock_mhz")
     for t in range(10):
         for node in range(5):
@@ -194,13 +196,16 @@ def test_per_gpu_series_are_thinned_for_large_jobs_but_the_cluster_view_is_not()
                 for g in range(8)
                 for name in names
             }
+            values[f"system/n{node}/cpu_utilization"] = 50.0
             rec.node_metrics(values, t, 1000.0 + t)
         rec._derive(1000.0 + t)
     rec.flush()
-    per_gpu = [m for m in fake.metrics if m.key == "system/n0/gpu3/utilization"]
-    assert [m.step for m in per_gpu] == [0, 2, 4, 6, 8]
+    for node in range(5):
+        written = [m.step for m in fake.metrics if m.key == f"system/n{node}/gpu3/utilization"]
+        offset = zlib.crc32(f"n{node}".encode())
+        assert written == [t for t in range(10) if (t + offset) % 2 == 0]
     util_max = [m.value for m in fake.metrics if m.key == "system/cluster/gpu_utilization_max"]
-    assert util_max == [70.0 + t for t in range(10)]  # gpu7 = 10 * 7 + t
+    assert util_max == [70.0 + t for t in range(10)]  # gpu7 = 10 * 7 + t, every tick
     util_mean = [m.value for m in fake.metrics if m.key == "system/cluster/gpu_utilization_mean"]
     assert util_mean[0] == pytest.approx(35.0)  # mean of 0, 10, ..., 70
 

@@ -325,6 +325,22 @@ class JobDashboard(widgets.VBox):
             out.append(html.escape(outage))
         return out
 
+    def _gpu_totals(self) -> dict[tuple[str, str], float]:
+        """``(node, label) -> memory total (MB)`` from the samplers' device lists (tags)."""
+        import json
+
+        totals = {}
+        for key, value in self.model.tags.items():
+            if key.startswith("trainfactory.gpus."):
+                node = key.removeprefix("trainfactory.gpus.")
+                try:
+                    for device in json.loads(value):
+                        if device.get("memory_total_mb"):
+                            totals[(node, device["label"])] = device["memory_total_mb"]
+                except (ValueError, TypeError, KeyError):
+                    continue
+        return totals
+
     def _nodes_html(self) -> str:
         nodes = self.model.nodes
         if not nodes:
@@ -344,6 +360,7 @@ class JobDashboard(widgets.VBox):
                 f"<td>{'-' if mem is None else f'{mem / 1024:.1f} GiB'}</td><td></td><td></td></tr>"
             )
         if len(gpus) <= MAX_GPU_ROWS:
+            totals = self._gpu_totals()
             for node, label in sorted(gpus):
                 g = {
                     k.split("/", 1)[1]: x
@@ -353,7 +370,7 @@ class JobDashboard(widgets.VBox):
                 rows.append(
                     f"<tr><td>{html.escape(node)}</td><td>{html.escape(label)}</td>"
                     f"<td>{_num(g.get('utilization'), '%')}</td>"
-                    f"<td>{_mem(g.get('memory_used_mb'), g.get('memory_total_mb'))}</td>"
+                    f"<td>{_mem(g.get('memory_used_mb'), totals.get((node, label)))}</td>"
                     f"<td>{_num(g.get('power_w'), 'W')}</td>"
                     f"<td>{_num(g.get('temperature_c'), '&deg;C')}</td></tr>"
                 )

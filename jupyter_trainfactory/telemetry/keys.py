@@ -97,8 +97,8 @@ class KeyMapper:
             parts = key.split("/")
             for i in range(1, len(parts) + 1):
                 prefix = "/".join(parts[:i])
-                in_use = self._dirs | self._leaves if i == len(parts) else self._leaves
-                if prefix in in_use:
+                leaf = i == len(parts)
+                if prefix in self._leaves or (leaf and prefix in self._dirs):
                     parts[i - 1] += "_"
                     break
             else:
