@@ -18,6 +18,7 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/python examples/run_notebook.py examples/quickstart.ipynb
+	$(BIN)/python examples/run_notebook.py examples/tiny_gpt.ipynb
 	@echo "The local Ray head and MLflow server keep running; stop them with: $(BIN)/jupyter trainfactory services stop"
 
 lint: install

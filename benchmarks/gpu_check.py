@@ -11,7 +11,9 @@ On one GPU, for about a minute in all, it:
    "token" and ``2*N*K`` FLOPs per token, the peak from ``lookup_peak(device name)``) and
    prints it next to the direct figure (they must agree), with utilization, power, clocks,
    temperature and the energy integral;
-4. times gradient allreduces through the worker's DDP comm hook on NCCL (one rank), the
+4. runs the NodeSampler (``ray_backend.sampler``, no Ray needed) with the GPU chosen by
+   index, by UUID and by UUID prefix in ``CUDA_VISIBLE_DEVICES``, and with none;
+5. times gradient allreduces through the worker's DDP comm hook on NCCL (one rank), the
    CUDA-event path of ``ray_backend.session``.
 
 Prints one JSON object at the end (also written to ``--json PATH``). Exit code 0; 2 when
@@ -39,6 +41,48 @@ from jupyter_trainfactory.telemetry.system import gpu_sample, init_nvml, visible
 def _sampler(pynvml, device, stop: threading.Event, out: list, period: float = 0.25) -> None:
     while not stop.wait(period):
         out.append((time.time(), gpu_sample(pynvml, device.handle)))
+
+
+class _Calls:
+    """Stands in for the RunRecorder actor handle: records ``.remote`` calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        outer = self
+
+        class _Method:
+            def remote(self, *args):
+                outer.calls.append((name, args))
+
+        return _Method()
+
+
+def _sampler_check(devices) -> dict:
+    """The NodeSampler on this GPU: devices chosen by CUDA_VISIBLE_DEVICES, one sample."""
+    from ray_backend.sampler import NodeSampler
+
+    uuid = devices[0].uuid
+    out = {}
+    for label, cvd in (
+        ("index", "0"),
+        ("uuid", uuid),
+        ("uuid_prefix", uuid[:12]),
+        ("empty", ""),
+        ("invalid", "7"),
+    ):
+        recorder = _Calls()
+        sampler = NodeSampler(recorder, "127.0.0.1", interval_s=3600)
+        watched = sampler.watch_devices(cvd)
+        sample = sampler.sample()
+        sampler.stop()
+        out[f"sampler_{label}"] = {
+            "watched": watched,
+            "gpu_keys": sorted(k.split("/", 2)[2] for k in sample if "/gpu" in k),
+            "gpu_info": [a[1] for n, a in recorder.calls if n == "gpu_info"],
+        }
+    return out
 
 
 def _ddp_comm_check(torch) -> dict:
@@ -182,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         else None,
         "unavailable_fields": sorted(k for k, v in idle.items() if v is None),
     }
+    result.update(_sampler_check(devices))
     if not args.no_ddp:
         result.update(_ddp_comm_check(torch))
 

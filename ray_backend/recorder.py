@@ -70,7 +70,7 @@ class RunRecorder:
         self,
         tracking_uri: str,
         run_id: str,
-        flush_interval_s: float = 0.5,
+        flush_interval_s: float = 1.0,
         *,
         gpus_per_worker: float = 0.0,
         peak_tflops: float | None = None,

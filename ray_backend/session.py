@@ -264,6 +264,8 @@ def _active() -> WorkerTelemetry | None:
 
 
 def _to_float(value: Any) -> float | None:
+    if type(value) is float or type(value) is int:  # the common case, without a call
+        return float(value)
     from jupyter_trainfactory.telemetry.keys import to_float
 
     return to_float(value)
