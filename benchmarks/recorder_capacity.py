@@ -27,8 +27,8 @@ How to read it. One line per second::
 in that second. ``written/s``: metric rows of the run that appeared in the SQLite store in
 that second (read-only queries; the store is in WAL mode so they do not block the server).
 ``queued``/``user``/``dropped``: the recorder's ``stats()`` (points waiting to be written,
-of them user points, system points dropped so far). ``queued`` does NOT count the points a
-flush in progress holds, and the recorder's Ray mailbox (calls received but not yet run)
+of them user points, system points dropped so far; ``queued`` includes the points a flush
+in progress holds). The recorder's Ray mailbox (calls received but not yet run)
 is invisible to it: ``rtt`` (how long that ``stats()`` call took; ``>x`` = still pending)
 and ``lag`` (seconds of generator calls not yet run by the recorder, from the completion
 of each generator's last call of each second) show that backlog. ``cpu%``: the recorder
@@ -40,11 +40,11 @@ At the end the generators wait until the recorder has run their last call, then
 back from SQLite: every ``rank<r>/loss`` key must hold exactly the points sent for it (lost
 = sent - written; written > sent would be duplicates). MLflow requests are derived, not
 counted: ``ceil(rows / 900)`` (``MAX_BATCH_METRICS``) is a lower bound. The per-GPU write
-rate is compared with RunRecorder's documented budget (``device_points_per_s``: each node
-written every ``n_values / device_points_per_s`` s): the whole-run figure counts each
-node's first sample, which is always written, so a short run overstates it; the steady
-figure comes from the sample indexes between a node's writes. ``node writes`` shows how
-many nodes are written at the same sample index (in phase, the writes come as bursts), and
+rate is compared with RunRecorder's documented rule (``device_points_per_s`` = 500: each
+node written every ``ceil(n_values / device_points_per_s)``-th sample, ``n_values`` = 5 per
+GPU + 2 per node, nodes staggered); the steady figure comes from the sample indexes
+between a node's writes. ``node writes`` shows how many points are written at one sample
+index (staggered nodes spread them; in phase they would come as one burst), and
 ``live cadence`` how often the recorder's derived ``system/cluster/*`` and ``train/*``
 points were written during the load (documented: 1 Hz).
 
@@ -571,11 +571,12 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
             f" {node_calls / load_s:.0f} of {n_nodes} node calls/s"
             f" ({offered_fraction:.0%}); max lateness {max(f['max_late_s'] for f in finals):.1f} s"
         )
-    per_node = args.gpus * len(GPU_METRICS) / budget
-    doc_period = max(1.0, per_node)
-    code_period = max(1.0, (args.gpus * len(GPU_METRICS) + 3 * n_nodes) / budget)
-    # samples come 1 s apart; a node is written when wall_time - last >= period - 0.25
-    code_every = max(1, math.ceil(code_period - 0.25))
+    # RunRecorder's documented rule: 5 values per GPU + 2 per node; each node's series is
+    # written every ceil(n_values / device_points_per_s)-th 1 Hz sample, nodes staggered.
+    doc_every = max(1, math.ceil((args.gpus * len(GPU_METRICS) + 2 * n_nodes) / budget))
+    doc_period = float(doc_every)
+    code_period = doc_period
+    code_every = doc_every
     elapsed = t_done - t0
     requests = math.ceil((total_rows - rows_before) / MAX_BATCH_METRICS)
 
@@ -688,7 +689,7 @@ def summary(r: dict[str, Any]) -> str:
         if interval is not None
         else f"per-GPU rate : {s['per_gpu_points_per_s']:.3f} points/s/GPU (no repeated node write)",
         f"node writes  : {s['sample_indexes_written']} distinct sample indexes written, up to"
-        f" {s['max_points_one_sample_index']} system points at one index (nodes in phase)",
+        f" {s['max_points_one_sample_index']} system points at one index",
         f"live cadence : system/cluster/* {s['cluster_view_hz']:.2f} Hz (documented 1 Hz),"
         f" train/tokens_per_s {s['train_hz']:.2f} Hz, during the load",
         f"derived rows : {r['recorder_derived_rows']} (train/*, system/cluster/*, energy/*)",
