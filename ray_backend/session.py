@@ -303,40 +303,46 @@ def log(
         worker.log(metrics, step, samples, tokens, rank_zero_only)
 
 
-class step:
+class _Timed:
+    """A context that hands its block's wall time (s) to ``_record``."""
+
+    __slots__ = ("_t0",)
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        worker = _active()
+        if worker is not None:
+            self._record(worker, time.perf_counter() - self._t0)
+
+    def _record(self, worker: WorkerTelemetry, seconds: float) -> None:
+        raise NotImplementedError
+
+
+class step(_Timed):
     """``with trainfactory.step(samples=B, tokens=B * T): ...`` times one training step.
 
     The block's wall time (s) feeds ``train/step_time_s`` and its p50/p95; ``samples``
     and ``tokens`` (this rank's, for this step) feed throughput and MFU.
     """
 
-    __slots__ = ("_samples", "_tokens", "_t0")
+    __slots__ = ("_samples", "_tokens")
 
     def __init__(self, samples: float | None = None, tokens: float | None = None):
         self._samples = samples
         self._tokens = tokens
 
-    def __enter__(self) -> step:
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        worker = _active()
-        if worker is not None:
-            worker.add_step(time.perf_counter() - self._t0, self._samples, self._tokens)
+    def _record(self, worker: WorkerTelemetry, seconds: float) -> None:
+        worker.add_step(seconds, self._samples, self._tokens)
 
 
-class _DataWait:
-    __slots__ = ("_t0",)
+class _DataWait(_Timed):
+    __slots__ = ()
 
-    def __enter__(self) -> _DataWait:
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        worker = _active()
-        if worker is not None:
-            worker.add_data_wait(time.perf_counter() - self._t0)
+    def _record(self, worker: WorkerTelemetry, seconds: float) -> None:
+        worker.add_data_wait(seconds)
 
 
 def _timed_iter(iterable: Iterable) -> Iterator:

@@ -9,14 +9,13 @@ import pytest
 ROOT = Path(__file__).parent.parent
 
 
-@pytest.mark.job
-@pytest.mark.timeout(600)
-def test_quickstart_notebook_reaches_090(services):
+def _run_notebook(name: str) -> subprocess.CompletedProcess:
+    """``examples/run_notebook.py examples/NAME`` in a real kernel; fails the test if a cell raises."""
     result = subprocess.run(
         [
             sys.executable,
             str(ROOT / "examples" / "run_notebook.py"),
-            str(ROOT / "examples" / "quickstart.ipynb"),
+            str(ROOT / "examples" / name),
             "--timeout",
             "500",
         ],
@@ -25,6 +24,13 @@ def test_quickstart_notebook_reaches_090(services):
         timeout=580,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.job
+@pytest.mark.timeout(600)
+def test_quickstart_notebook_reaches_090(services):
+    result = _run_notebook("quickstart.ipynb")
     assert "SUCCEEDED, run FINISHED" in result.stdout
     accuracy = float(result.stdout.split("final validation accuracy: ")[1].split()[0])
     assert accuracy >= 0.90
@@ -36,19 +42,7 @@ def test_tiny_gpt_notebook_beats_the_unigram_entropy(services):
     """examples/tiny_gpt.ipynb: its last cell asserts, from the MLflow run, that the
     validation loss ends below the unigram entropy, that every step was logged once, and
     that tokens/s, allreduce time and checkpoint bandwidth were recorded."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "run_notebook.py"),
-            str(ROOT / "examples" / "tiny_gpt.ipynb"),
-            "--timeout",
-            "500",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=580,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = _run_notebook("tiny_gpt.ipynb")
     assert ": SUCCEEDED," in result.stdout
     final, entropy = result.stdout.split("-> ")[1].split(
         " nats/char (unigram entropy of the validation text: "

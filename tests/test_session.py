@@ -134,3 +134,22 @@ def test_a_users_own_comm_hook_still_works_and_is_timed(telemetry, process_group
     model.register_comm_hook(None, my_hook)  # DDP allows one hook: ours must not be in the way
     model(torch.randn(2, 10)).sum().backward()
     assert calls and worker.batch()["counters"]["comm_s"] > 0
+
+
+def test_the_worker_api_imports_without_jupyter_mlflow_ray_or_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('IPython', 'ipywidgets', 'ipykernel', 'bokeh', 'jupyter_bokeh',"
+        " 'jupyterlab', 'mlflow', 'ray', 'torch', 'pynvml'):\n"
+        "    sys.modules[name] = None\n"
+        "import jupyter_trainfactory.train as trainfactory\n"
+        "import jupyter_trainfactory.telemetry.flops, jupyter_trainfactory.telemetry.stats\n"
+        "trainfactory.log({'loss': 1.0})\n"
+        "print(sorted(trainfactory.__all__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['data_wait', 'log', 'step', 'watch']"

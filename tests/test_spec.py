@@ -31,6 +31,9 @@ def test_defaults_and_params():
         ({"working_dir": "/does/not/exist"}, "does not exist"),
         ({"env": ["NOEQUALS"]}, "KEY=VALUE"),
         ({"env": ["1BAD=x"]}, "not a valid environment variable"),
+        ({"peak_tflops": 0}, "peak_tflops must be above 0"),
+        ({"peak_tflops": "fast"}, "peak_tflops must be a number"),
+        ({"flops_per_token": -6.0}, "flops_per_token must be at least 0"),
     ],
 )
 def test_bad_specs_raise_one_sentence(kwargs, message):
@@ -59,6 +62,9 @@ def test_command_parser():
     ns = parse("launch train --workers 4 --pip numpy scipy --env A=1 --env B=2")
     assert (ns.command, ns.target, ns.workers) == ("launch", "train", 4)
     assert ns.pip == ["numpy", "scipy"] and ns.env == ["A=1", "B=2"]
+    ns = parse("launch train --peak-tflops 989.5 --flops-per-token 2e6")
+    assert (ns.peak_tflops, ns.flops_per_token) == (989.5, 2e6)
+    assert JobSpec("train", peak_tflops=ns.peak_tflops).params()["peak_tflops"] == "989.5"
     for line, message in [
         ("", "Give a subcommand"),
         ("frobnicate", "invalid choice"),
@@ -67,6 +73,7 @@ def test_command_parser():
         ("launch f --workers two", "invalid int value"),
         ("launch f --workers 0", "at least 1"),
         ("launch f --config '{", "Cannot parse the line"),
+        ("launch f --peak-tflops lots", "invalid float value"),
     ]:
         with pytest.raises(CommandError, match=message):
             parse(line)

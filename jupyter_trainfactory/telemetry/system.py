@@ -144,14 +144,22 @@ def _mig_devices(pynvml: Any, index: int, parent: Any) -> list[GpuDevice]:
     out: list[GpuDevice] = []
     for k in range(count):
         handle = _try(lambda k=k: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, k))
-        if handle is None:
+        described = _describe(pynvml, handle)
+        if described is None:
             continue
-        uuid = _try(lambda h=handle: _text(pynvml.nvmlDeviceGetUUID(h)))
-        if not uuid:
-            continue
-        name = _try(lambda h=handle: _text(pynvml.nvmlDeviceGetName(h))) or ""
+        uuid, name = described
         out.append(GpuDevice(f"gpu{index}-mig{k}", index, uuid, name, True, handle))
     return out
+
+
+def _describe(pynvml: Any, handle: Any) -> tuple[str, str] | None:
+    """``(uuid, name)`` of a device handle; None without a handle or a readable UUID."""
+    if handle is None:
+        return None
+    uuid = _try(lambda: _text(pynvml.nvmlDeviceGetUUID(handle)))
+    if not uuid:
+        return None
+    return uuid, _try(lambda: _text(pynvml.nvmlDeviceGetName(handle))) or ""
 
 
 def _inventory(pynvml: Any) -> tuple[int, dict[int, _Physical]]:
@@ -162,12 +170,10 @@ def _inventory(pynvml: Any) -> tuple[int, dict[int, _Physical]]:
     gpus: dict[int, _Physical] = {}
     for i in range(count):
         handle = _try(lambda i=i: pynvml.nvmlDeviceGetHandleByIndex(i))
-        if handle is None:
+        described = _describe(pynvml, handle)
+        if described is None:
             continue
-        uuid = _try(lambda h=handle: _text(pynvml.nvmlDeviceGetUUID(h)))
-        if not uuid:
-            continue
-        name = _try(lambda h=handle: _text(pynvml.nvmlDeviceGetName(h))) or ""
+        uuid, name = described
         # nvmlDeviceGetMigMode -> [current, pending]; NotSupported on GPUs without MIG.
         mode = _try(lambda h=handle: pynvml.nvmlDeviceGetMigMode(h))
         mig_on = mode is not None and mode[0] == mig_enable
