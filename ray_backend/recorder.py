@@ -207,7 +207,9 @@ class RunRecorder:
         with self._lock:
             counters = batch.get("counters")
             if counters:
-                self._worker_counters = True
+                # throughput comes from the workers once they count anything themselves
+                if counters.get("samples") or counters.get("tokens"):
+                    self._worker_counters = True
                 self._throughput.update(rank, StepCounters(**counters), time.time())
             for key, value, step, wall_time in batch.get("points", ()):
                 self._add_user(key, value, step, wall_time)

@@ -266,3 +266,15 @@ def test_finish_waits_for_the_server_and_then_closes_the_run():
     stats = rec.finish("FINISHED", "SUCCEEDED", timeout_s=30)
     assert fake.status == "FINISHED" and stats["queued"] == 0
     assert sorted(m.step for m in fake.metrics if m.key == "loss") == list(range(1, 11))
+
+
+def test_report_samples_give_throughput_until_workers_count_their_own():
+    rec, fake = _recorder()
+    rec.set_state("RUNNING")
+    # a worker that only started (device info, zero counters) does not switch the source
+    rec.worker_batch(0, {"counters": {"time": 1.0, "steps": 0}, "device": {}})
+    rec.report([{"samples": 8}, {"samples": 8}], None, 1000.0)
+    rec.report([{"samples": 8}, {"samples": 8}], None, 1002.0)
+    rec.flush()
+    assert [m.value for m in fake.metrics if m.key == "train/samples"] == [16.0, 32.0]
+    assert [m.value for m in fake.metrics if m.key == "train/samples_per_s"][-1] == 8.0
