@@ -13,6 +13,7 @@ from collections import deque
 from typing import Any
 
 from jupyter_trainfactory.telemetry.flops import flops_per_token, lookup_peak
+from jupyter_trainfactory.telemetry.goodput import Attempt, CheckpointSave, Step, account
 from jupyter_trainfactory.telemetry.keys import KeyMapper, to_float
 from jupyter_trainfactory.telemetry.stats import EnergyMeter, JobThroughput, StepCounters, summarize
 from jupyter_trainfactory.tracking import TAG, client
@@ -111,11 +112,20 @@ class RunRecorder:
         self._derive_interval = derive_interval_s
         self._checkpoints = 0
         self._checkpoint_rank: int | None = None
+        self._checkpoint_step: int | None = None
         # node samples
         self._device_budget = device_points_per_s
         self._gpu_latest: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
         self._node_offset: dict[str, int] = {}
         self._energy = EnergyMeter()
+        # faults and goodput (telemetry.goodput): attempts, rank 0's progress, saves
+        self._submitted = self._read_submitted()
+        self._attempts: list[dict[str, Any]] = []
+        self._progress: list[Step] = []
+        self._saves: list[CheckpointSave] = []
+        self._global_step = 0
+        self._last_counters: dict[str, float] | None = None
+        self._faults = 0
         # delivery
         self._offline_since: float | None = None
         self._offline_total = 0.0
@@ -133,9 +143,12 @@ class RunRecorder:
     # -- inputs ---------------------------------------------------------------------
     def set_state(self, state: str, reason: str = "") -> None:
         """Record the job's state (``PENDING``, ``RUNNING``, ``RESTARTING``) and its reason."""
+        now = time.time()
         with self._lock:
             if state == "RUNNING" and self._running_since is None:
-                self._running_since = time.time()
+                self._running_since = now
+            if state == "RUNNING":  # rank 0 says so at the start of every attempt
+                self._attempt_started(now)
             self._tags[TAG.STATE] = state
             self._tags[TAG.REASON] = reason
 
@@ -191,6 +204,7 @@ class RunRecorder:
                     if previous is not None and now > previous:
                         self._add_user("train/samples_per_s", batch / (now - previous), step, now)
             if checkpoint_path:
+                self._checkpoint_step = step
                 self._add_user("checkpoint/step", step, step, now)
                 self._tags.update(
                     {
@@ -211,8 +225,12 @@ class RunRecorder:
                 if counters.get("samples") or counters.get("tokens"):
                     self._worker_counters = True
                 self._throughput.update(rank, StepCounters(**counters), time.time())
-            for key, value, step, wall_time in batch.get("points", ()):
+            points = batch.get("points", ())
+            for key, value, step, wall_time in points:
                 self._add_user(key, value, step, wall_time)
+            if rank == 0 and counters:
+                logged = max((int(p[2]) for p in points), default=None)
+                self._add_progress(counters, logged)
             if rank == 0 and "model" in batch:
                 self._set_model(batch["model"])
             if rank == 0 and "device" in batch:
@@ -261,11 +279,71 @@ class RunRecorder:
             print(f"trainfactory: {node}: {note}", flush=True)
         self.set_tags(tags)
 
-    def worker_failure(self, rank: int, error: str) -> None:
-        """Record that rank ``rank`` failed with ``error`` (its last line)."""
+    def worker_failure(self, rank: int, error: str, kind: str = "failure") -> None:
+        """Record that rank ``rank`` failed with ``error`` (its last line); Ray Train
+        restarts the workers when the failure budget allows, else the job fails."""
+        now = time.time()
         with self._lock:
             self._tags[TAG.STATE] = "RESTARTING"
             self._tags[TAG.REASON] = f"rank {rank} failed: {error}"[:4000]
+            if self._attempts and self._attempts[-1]["failed_at"] is None:
+                self._attempts[-1].update(failed_at=now, kind=kind)
+                self._faults += 1
+                ts = int(now * 1000)
+                self._push(self._user, "faults/count", self._faults, ts, self._faults)
+                self._tags["trainfactory.faults.last"] = (
+                    f"{time.strftime('%H:%M:%S', time.localtime(now))} rank {rank}: {error}"
+                )[:4000]
+
+    def _attempt_started(self, now: float) -> None:
+        if self._attempts and self._attempts[-1]["failed_at"] is None:
+            return  # the same attempt (rank 0 said RUNNING again)
+        self._attempts.append({"start": now, "failed_at": None, "kind": "failure"})
+        restarts = len(self._attempts) - 1
+        if restarts:
+            ts = int(now * 1000)
+            restore = int(self._tags.get(TAG.CKPT_STEP) or self._checkpoint_step or 0)
+            self._push(self._user, "faults/restarts", restarts, ts, restarts)
+            self._push(self._user, "faults/restore_step", restore, ts, restarts)
+            self._tags["trainfactory.faults.restarts"] = str(restarts)
+            self._tags["trainfactory.faults.restore_step"] = str(restore)
+            self._last_counters = None  # the new workers count from zero
+
+    def _read_submitted(self) -> float:
+        """When the job was submitted (the run's ``trainfactory.started`` tag), else now."""
+        try:
+            run = self._client.get_run(self.run_id)
+            return float(run.data.tags.get(TAG.STARTED) or run.info.start_time / 1000)
+        except Exception:  # tracking server away at start: the recorder's start will do
+            return time.time()
+
+    def _add_progress(self, counters: dict[str, Any], logged_step: int | None) -> None:
+        """Rank 0's progress since its previous batch, as one goodput ``Step`` record."""
+        last = self._last_counters
+        steps = counters.get("steps", 0)
+        if last is None or steps < last.get("steps", 0):
+            last = {"steps": 0, "step_time_s": 0.0, "data_wait_s": 0.0, "time": None}
+        new_steps = steps - last["steps"]
+        if new_steps <= 0:
+            self._last_counters = counters
+            return
+        self._global_step = max(self._global_step + new_steps, logged_step or 0)
+        if logged_step is not None:
+            self._global_step = logged_step
+        busy = counters.get("step_time_s", 0.0) - last.get("step_time_s", 0.0)
+        wait = counters.get("data_wait_s", 0.0) - last.get("data_wait_s", 0.0)
+        if busy <= 0 and last.get("time") is not None:  # no step() blocks: the window's time
+            busy = counters["time"] - last["time"]
+        self._progress.append(Step(counters["time"], self._global_step, max(busy, 0.0), wait))
+        self._last_counters = counters
+
+    def goodput(self, now: float | None = None):
+        """The job's :class:`~jupyter_trainfactory.telemetry.goodput.Goodput` so far."""
+        now = now or time.time()
+        with self._lock:
+            attempts = [Attempt(a["start"], a["failed_at"], a["kind"]) for a in self._attempts]
+            progress, saves = list(self._progress), list(self._saves)
+        return account(min(self._submitted, now), now, attempts, progress, saves)
 
     def finish(
         self,
@@ -370,6 +448,7 @@ class RunRecorder:
     def _add_checkpoint(self, ckpt: dict[str, Any]) -> None:
         self._checkpoints += 1
         n, ts = self._checkpoints, ckpt.get("time", time.time())
+        self._saves.append(CheckpointSave(ts - ckpt["save_s"], ts, self._global_step))
         self._add_user("checkpoint/save_s", ckpt["save_s"], n, ts)
         if ckpt.get("bytes") is not None:
             self._add_user("checkpoint/bytes", ckpt["bytes"], n, ts)
@@ -395,6 +474,14 @@ class RunRecorder:
                     self._push(self._user, key, value, ts, self._ticks)
             if self._energy.joules:
                 self._push(self._user, "energy/gpu_kwh", self._energy.kwh, ts, self._ticks)
+        if self._attempts:
+            acc = self.goodput(now)
+            with self._lock:
+                values = {**acc.metrics(), "goodput/wall_s": acc.wall_s}
+                values.pop("faults/count", None)  # written when a failure happens
+                for key, value in values.items():
+                    self._push(self._user, key, value, ts, self._ticks)
+        with self._lock:
             if len(self._keys.renamed) != self._renamed_written:
                 self._renamed_written = len(self._keys.renamed)
                 self._tags["trainfactory.renamed_keys"] = json.dumps(self._keys.renamed)[:5000]

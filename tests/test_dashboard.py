@@ -151,3 +151,29 @@ def test_unreachable_tracking_server_is_said(run):
         time.sleep(0.05)
     assert "Connection refused" in board._footer.value and board.polling
     board.close()
+
+
+def test_goodput_and_failures_in_the_header(run):
+    uri, client, run_id = run
+    values = {
+        "goodput/ettr": 0.9,
+        "goodput/goodput_s": 900.0,
+        "badput/startup_s": 60.0,
+        "badput/infrastructure_recovery_s": 30.0,
+        "badput/wasted_progress_s": 10.0,
+        "badput/other_s": 0.2,
+        "faults/count": 1.0,
+        "faults/mttr_s": 41.5,
+        "faults/restarts": 1.0,
+        "faults/restore_step": 200.0,
+    }
+    client.log_batch(run_id, metrics=[Metric(k, v, 1000, 1) for k, v in values.items()])
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    header = board._header.value
+    assert (
+        "ETTR 90.0 % (badput: startup 60 s, infrastructure recovery 30 s, wasted progress 10 s)"
+        in header
+    )
+    assert "failures</b> 1 (MTTR 41.5 s) · 1 restart(s), last from step 200" in header
+    assert set(board._figures) == {"goodput/ettr"}
+    board.close()

@@ -76,3 +76,36 @@ def telemetry_loop(config):
                         f.write(os.urandom(config.get("ckpt_bytes", 1 << 20)))
                     checkpoint = ray.train.Checkpoint.from_directory(tmp)
                 ray.train.report({"val": float(i), "step": i}, checkpoint=checkpoint)
+
+
+def fault_loop(config):
+    """Steps 1..``steps`` with a checkpoint every ``every`` steps, resuming from the latest
+    checkpoint; rank 1 dies (``os._exit``) at ``fail_step`` on the first attempt only (a
+    marker file says it already did)."""
+    import json
+    import os
+    import tempfile
+
+    import jupyter_trainfactory.train as trainfactory
+
+    rank = ray.train.get_context().get_world_rank()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+            start = json.load(f)["step"]
+    for i in range(start + 1, config["steps"] + 1):
+        with trainfactory.step(samples=8):
+            time.sleep(config.get("sleep", 0.05))
+        trainfactory.log({"loss": 1.0 / i}, step=i)
+        if rank == 1 and i == config["fail_step"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os._exit(1)
+        if i % config["every"] == 0:
+            with tempfile.TemporaryDirectory() as tmp:
+                ckpt = None
+                if rank == 0:
+                    with open(os.path.join(tmp, "state.json"), "w") as f:
+                        json.dump({"step": i}, f)
+                    ckpt = ray.train.Checkpoint.from_directory(tmp)
+                ray.train.report({"step": i, "loss_at_checkpoint": 1.0 / i}, checkpoint=ckpt)

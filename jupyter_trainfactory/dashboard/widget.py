@@ -27,6 +27,7 @@ _STATE_COLOURS = {
 }
 #: ``train/*`` series worth a plot; the others are shown as numbers in the header.
 _PLOTTED_TRAIN = {
+    "goodput/ettr",
     "train/samples_per_s",
     "train/tokens_per_s",
     "train/mfu",
@@ -37,7 +38,7 @@ MAX_GPU_ROWS = 16
 
 
 def _plotted(key: str) -> bool:
-    if key.startswith(("train/", "checkpoint/", "energy/")):
+    if key.startswith(("train/", "checkpoint/", "energy/", "goodput/", "badput/", "faults/")):
         return key in _PLOTTED_TRAIN
     return True
 
@@ -305,6 +306,29 @@ class JobDashboard(widgets.VBox):
                 save += f" · {_fmt_number(v('checkpoint/mb_per_s'), 'MB/s')}"
                 save += f" · {_fmt_number(v('checkpoint/bytes') / 1e6, 'MB')}"
             cells.append(save)
+        if v("goodput/ettr") is not None:
+            badput = sorted(
+                (
+                    (k.removeprefix("badput/").removesuffix("_s").replace("_", " "), x)
+                    for k, x in self.model.latest.items()
+                    if k.startswith("badput/") and x >= 0.5
+                ),
+                key=lambda kv: -kv[1],
+            )[:3]
+            text = f"<b>goodput</b> ETTR {_pct(v('goodput/ettr'))}"
+            if badput:
+                text += " (badput: " + ", ".join(f"{k} {x:.0f} s" for k, x in badput) + ")"
+            cells.append(text)
+        if v("faults/count"):
+            text = f"<b>failures</b> {v('faults/count'):.0f}"
+            if v("faults/mttr_s") is not None:
+                text += f" (MTTR {v('faults/mttr_s'):.1f} s)"
+            if v("faults/restarts"):
+                text += (
+                    f" · {v('faults/restarts'):.0f} restart(s), last from step"
+                    f" {v('faults/restore_step'):.0f}"
+                )
+            cells.append(text)
         if v("energy/gpu_kwh") is not None:
             cells.append(f"<b>GPU energy</b> {v('energy/gpu_kwh'):.3g} kWh")
         return cells

@@ -1,0 +1,51 @@
+"""Worker failures of real two-worker jobs: recovery from the last checkpoint, accounting."""
+
+import cloudpickle
+import pytest
+import train_fns
+
+from jupyter_trainfactory import launch
+
+cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
+pytestmark = pytest.mark.job
+
+
+def _history(client, run_id, key):
+    return sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_failure_is_recovered_from_the_last_checkpoint(manager, mlflow_client, tmp_path):
+    steps, every, fail_step = 60, 20, 30
+    job = launch(
+        train_fns.fault_loop,
+        workers=2,
+        max_failures=1,
+        config={
+            "steps": steps,
+            "every": every,
+            "fail_step": fail_step,
+            "marker": str(tmp_path / "failed-once"),
+        },
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=260) == "SUCCEEDED", job.info().error
+    finally:
+        job.stop()
+    run = mlflow_client.get_run(job.run_id)
+    m, tags = run.data.metrics, run.data.tags
+    assert run.info.status == "FINISHED"
+    # every step once, although steps 21-30 ran twice (first write wins)
+    loss = _history(mlflow_client, job.run_id, "loss")
+    assert [p.step for p in loss] == list(range(1, steps + 1))
+    assert m["faults/count"] == 1 and m["faults/restarts"] == 1
+    assert m["faults/restore_step"] == 20  # the last checkpoint before the failure
+    assert tags["trainfactory.faults.restore_step"] == "20"
+    assert "rank 1" in tags["trainfactory.faults.last"]
+    # goodput and badput tile the wall time
+    badput = sum(v for k, v in m.items() if k.startswith("badput/"))
+    assert m["goodput/goodput_s"] + badput == pytest.approx(m["goodput/wall_s"], rel=0.01)
+    assert 0 < m["goodput/ettr"] < 1
+    assert m["badput/wasted_progress_s"] > 0 and m["badput/infrastructure_recovery_s"] > 0
+    assert m["faults/mttr_s"] > 0
