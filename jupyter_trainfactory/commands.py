@@ -67,6 +67,15 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     launch.add_argument(
         "--max-failures", type=int, default=0, help="worker-failure restarts (-1: unlimited)"
     )
+    launch.add_argument(
+        "--max-preemptions", type=int, default=-1, help="preemption restarts (-1: unlimited)"
+    )
+    launch.add_argument(
+        "--keep-checkpoints", type=int, default=2, metavar="N", help="checkpoints kept (>= 1)"
+    )
+    launch.add_argument(
+        "--keep-best", metavar="METRIC:max|min", help="keep the best checkpoints by a metric"
+    )
     launch.add_argument("--config", metavar="EXPR", help="Python expression for the config dict")
     launch.add_argument("--experiment", help="MLflow experiment (default: trainfactory)")
     launch.add_argument("--run-name", help="MLflow run name (default: the function's name)")
@@ -173,6 +182,9 @@ def spec_from_args(
         cpus_per_worker=ns.cpus_per_worker,
         gpus_per_worker=ns.gpus_per_worker,
         max_failures=ns.max_failures,
+        max_preemptions=ns.max_preemptions,
+        keep_checkpoints=ns.keep_checkpoints,
+        keep_best=ns.keep_best,
         config=config,
         experiment=ns.experiment or defaults.get("experiment") or "trainfactory",
         run_name=ns.run_name or "",

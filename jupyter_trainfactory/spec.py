@@ -82,6 +82,15 @@ class JobSpec:
         Resources each worker reserves (Ray ``CPU`` and ``GPU`` units).
     max_failures : int
         Worker-failure restarts Ray Train may make (-1: unlimited), mapped to ``FailureConfig``.
+    max_preemptions : int
+        Restarts after preemptions, a separate budget (-1: unlimited; Ray Train's
+        ``FailureConfig.max_preemption_failures``).
+    keep_checkpoints : int
+        Checkpoints kept in storage (>= 1; default 2, so a damaged newest one leaves a
+        previous one to restore), Ray Train's ``CheckpointConfig.num_to_keep``.
+    keep_best : str or None
+        ``"METRIC:max"`` or ``"METRIC:min"``: keep the best checkpoints by that reported
+        metric instead of the newest (``checkpoint_score_attribute``/``_order``).
     config : dict
         Passed to the training function as its one argument; must be cloudpickle-able.
     experiment, run_name : str
@@ -105,6 +114,9 @@ class JobSpec:
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
     max_failures: int = 0
+    max_preemptions: int = -1
+    keep_checkpoints: int = 2
+    keep_best: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
     experiment: str = DEFAULT_EXPERIMENT
     run_name: str = ""
@@ -136,6 +148,16 @@ class JobSpec:
             )
         _check_number("max_failures", self.max_failures, -1, integer=True)
         self.max_failures = int(self.max_failures)
+        _check_number("max_preemptions", self.max_preemptions, -1, integer=True)
+        self.max_preemptions = int(self.max_preemptions)
+        _check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
+        self.keep_checkpoints = int(self.keep_checkpoints)
+        if self.keep_best is not None:
+            metric, sep, order = str(self.keep_best).rpartition(":")
+            if not sep or not metric or order not in ("max", "min"):
+                raise SpecError(
+                    f"keep_best takes METRIC:max or METRIC:min, got {self.keep_best!r}."
+                )
         if self.config is None:
             self.config = {}
         if not isinstance(self.config, dict):
@@ -176,10 +198,14 @@ class JobSpec:
             "cpus_per_worker": f"{self.cpus_per_worker:g}",
             "gpus_per_worker": f"{self.gpus_per_worker:g}",
             "max_failures": str(self.max_failures),
+            "max_preemptions": str(self.max_preemptions),
+            "keep_checkpoints": str(self.keep_checkpoints),
             "function": self.function_name,
         }
         if self.working_dir:
             params["working_dir"] = self.working_dir
+        if self.keep_best:
+            params["keep_best"] = self.keep_best
         if self.peak_tflops:
             params["peak_tflops"] = f"{self.peak_tflops:g}"
         if self.flops_per_token:

@@ -8,8 +8,10 @@ torch, so it works on any Ray worker. Outside a trainfactory job every call does
 - ``with trainfactory.step(samples=B, tokens=B * T): ...``
 - ``with trainfactory.data_wait(): ...`` or ``for batch in trainfactory.data_wait(loader): ...``
 - ``trainfactory.watch(model, layers=L, heads=H, head_dim=Q, seq_len=T)``
+- ``trainfactory.save_checkpoint(metrics, directory)`` and ``trainfactory.get_checkpoint()``:
+  checkpoints with a manifest (sizes, SHA-256); the newest one that verifies is restored
 """
 
-from ray_backend.session import data_wait, log, step, watch
+from ray_backend.session import data_wait, get_checkpoint, log, save_checkpoint, step, watch
 
-__all__ = ["data_wait", "log", "step", "watch"]
+__all__ = ["data_wait", "get_checkpoint", "log", "save_checkpoint", "step", "watch"]

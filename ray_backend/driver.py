@@ -65,9 +65,22 @@ def _start_samplers(ray, recorder, job_id: str) -> list[Any]:
     return samplers
 
 
+def _checkpoint_config(config_class, spec: dict[str, Any]):
+    """Retention: the newest ``keep_checkpoints``, or the best by ``keep_best``."""
+    keep_best = spec.get("keep_best")
+    if keep_best:
+        metric, _, order = keep_best.rpartition(":")
+        return config_class(
+            num_to_keep=spec.get("keep_checkpoints", 2),
+            checkpoint_score_attribute=metric,
+            checkpoint_score_order=order,
+        )
+    return config_class(num_to_keep=spec.get("keep_checkpoints", 2))
+
+
 def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
     """The ``TorchTrainer`` for this job (gloo on CPU, NCCL on GPU, chosen by Ray)."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from ray_backend.callbacks import RecorderCallback
@@ -88,7 +101,11 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
         run_config=RunConfig(
             name=meta["job_id"],
             storage_path=meta["storage_path"],
-            failure_config=FailureConfig(max_failures=spec["max_failures"]),
+            failure_config=FailureConfig(
+                max_failures=spec["max_failures"],
+                max_preemption_failures=spec.get("max_preemptions", -1),
+            ),
+            checkpoint_config=_checkpoint_config(CheckpointConfig, spec),
             callbacks=[RecorderCallback(recorder)],
         ),
     )

@@ -126,6 +126,7 @@ class RunRecorder:
         self._global_step = 0
         self._last_counters: dict[str, float] | None = None
         self._faults = 0
+        self._pending_restore: tuple[int, int, int] | None = None
         # delivery
         self._offline_since: float | None = None
         self._offline_total = 0.0
@@ -228,8 +229,12 @@ class RunRecorder:
             points = batch.get("points", ())
             for key, value, step, wall_time in points:
                 self._add_user(key, value, step, wall_time)
+            if rank == 0 and "restore" in batch:
+                self._settle_restore(batch["restore"].get("step"))
             if rank == 0 and counters:
                 logged = max((int(p[2]) for p in points), default=None)
+                if counters.get("steps"):
+                    self._settle_restore(None)
                 self._add_progress(counters, logged)
             if rank == 0 and "model" in batch:
                 self._set_model(batch["model"])
@@ -302,12 +307,22 @@ class RunRecorder:
         restarts = len(self._attempts) - 1
         if restarts:
             ts = int(now * 1000)
-            restore = int(self._tags.get(TAG.CKPT_STEP) or self._checkpoint_step or 0)
             self._push(self._user, "faults/restarts", restarts, ts, restarts)
-            self._push(self._user, "faults/restore_step", restore, ts, restarts)
             self._tags["trainfactory.faults.restarts"] = str(restarts)
-            self._tags["trainfactory.faults.restore_step"] = str(restore)
+            # the step restored from: what trainfactory.get_checkpoint() chose, else the
+            # latest reported checkpoint (Ray Train's own choice); settled on first progress
+            default = int(self._checkpoint_step or 0)
+            self._pending_restore = (restarts, ts, default)
             self._last_counters = None  # the new workers count from zero
+
+    def _settle_restore(self, step: int | None) -> None:
+        if self._pending_restore is None:
+            return
+        restarts, ts, default = self._pending_restore
+        self._pending_restore = None
+        restore = default if step is None else int(step)
+        self._push(self._user, "faults/restore_step", restore, ts, restarts)
+        self._tags["trainfactory.faults.restore_step"] = str(restore)
 
     def _read_submitted(self) -> float:
         """When the job was submitted (the run's ``trainfactory.started`` tag), else now."""

@@ -32,6 +32,8 @@ __all__ = [
     "RECORDER_NAMESPACE",
     "current",
     "data_wait",
+    "get_checkpoint",
+    "save_checkpoint",
     "instrument",
     "log",
     "recorder_name",
@@ -368,6 +370,56 @@ def data_wait(iterable: Iterable | None = None):
     return _DataWait() if iterable is None else _timed_iter(iterable)
 
 
+def save_checkpoint(metrics: dict[str, Any], directory: str | None = None, **kwargs: Any) -> None:
+    """Report ``metrics`` with the checkpoint in ``directory`` (None: metrics only).
+
+    Call it on every rank (``ray.train.report`` is a barrier); usually rank 0 passes the
+    directory it wrote and the others None. A manifest of the directory's files (sizes
+    and SHA-256) is written into it first, so :func:`get_checkpoint` can tell a complete
+    checkpoint from a damaged one. ``kwargs`` go to ``ray.train.report``.
+    """
+    import ray.train
+
+    checkpoint = ray.train.Checkpoint.from_directory(directory) if directory else None
+    ray.train.report(metrics, checkpoint=checkpoint, **kwargs)
+
+
+def get_checkpoint():
+    """The newest reported checkpoint whose manifest verifies, or None.
+
+    Looks at ``ray.train.get_all_reported_checkpoints()`` newest first; a checkpoint that
+    is incomplete or damaged (a file missing, truncated or changed) is skipped with a
+    warning in the job log. A checkpoint without a manifest (saved by code that bypassed
+    ``ray.train.report``) is accepted as it is, with a warning.
+    """
+    import ray.train
+
+    from ray_backend.checkpoints import verify
+
+    try:
+        reported = ray.train.get_all_reported_checkpoints(timeout_s=60)
+    except Exception:  # older Ray, or not available: the latest one, unverified
+        reported = []
+    candidates = [r.checkpoint for r in reported if r.checkpoint is not None][::-1]
+    if not candidates:
+        latest = ray.train.get_checkpoint()
+        candidates = [latest] if latest is not None else []
+    steps = {id(r.checkpoint): (r.metrics or {}).get("step") for r in reported if r.checkpoint}
+    for checkpoint in candidates:
+        with checkpoint.as_directory() as local:
+            problem = verify(local)
+        if problem == "it has no manifest":
+            print(f"trainfactory: checkpoint {checkpoint.path} has no manifest; using it.")
+            problem = None
+        if problem is None:
+            step = steps.get(id(checkpoint))
+            if _current is not None:  # tell the recorder which step training resumes from
+                _current.set_info("restore", {"step": step, "path": checkpoint.path})
+            return checkpoint
+        print(f"trainfactory: skipping checkpoint {checkpoint.path}: {problem}.", flush=True)
+    return None
+
+
 def _unwrap(model: Any) -> Any:
     return getattr(model, "module", model)
 
@@ -500,7 +552,13 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     def timed_report(metrics, checkpoint=None, *args, **kwargs):
         if checkpoint is None:
             return report(metrics, checkpoint, *args, **kwargs)
-        nbytes = _dir_bytes(checkpoint.path) if os.path.isdir(checkpoint.path) else None
+        nbytes = None
+        if os.path.isdir(checkpoint.path):  # a local directory: give it a manifest
+            from ray_backend.checkpoints import MANIFEST, write_manifest
+
+            if not os.path.exists(os.path.join(checkpoint.path, MANIFEST)):
+                write_manifest(checkpoint.path)
+            nbytes = _dir_bytes(checkpoint.path)
         t0 = time.perf_counter()
         result = report(metrics, checkpoint, *args, **kwargs)
         worker.add_checkpoint(time.perf_counter() - t0, nbytes)

@@ -49,3 +49,37 @@ def test_a_worker_failure_is_recovered_from_the_last_checkpoint(manager, mlflow_
     assert 0 < m["goodput/ettr"] < 1
     assert m["badput/wasted_progress_s"] > 0 and m["badput/infrastructure_recovery_s"] > 0
     assert m["faults/mttr_s"] > 0
+    resumed = [(p.step, p.value) for p in _history(mlflow_client, job.run_id, "resumed_at")]
+    assert resumed == [(1, 0.0), (21, 20.0)]
+
+
+@pytest.mark.timeout(300)
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(
+    manager, mlflow_client, tmp_path
+):
+    # checkpoints at 10, 20, 30; rank 1 truncates the newest (30) and dies at 35
+    job = launch(
+        train_fns.fault_loop,
+        workers=2,
+        max_failures=1,
+        keep_checkpoints=3,
+        config={
+            "steps": 40,
+            "every": 10,
+            "fail_step": 35,
+            "corrupt": True,
+            "marker": str(tmp_path / "failed-once"),
+        },
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=260) == "SUCCEEDED", job.info().error
+    finally:
+        job.stop()
+    resumed = [(p.step, p.value) for p in _history(mlflow_client, job.run_id, "resumed_at")]
+    assert resumed == [(1, 0.0), (21, 20.0)]  # step 30's checkpoint failed its manifest
+    m = mlflow_client.get_run(job.run_id).data.metrics
+    assert m["faults/restore_step"] == 20
+    assert "skipping checkpoint" in job.logs() and "state.json has 3 bytes" in job.logs()
+    loss = _history(mlflow_client, job.run_id, "loss")
+    assert [p.step for p in loss] == list(range(1, 41))

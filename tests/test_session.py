@@ -152,4 +152,6 @@ def test_the_worker_api_imports_without_jupyter_mlflow_ray_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['data_wait', 'log', 'step', 'watch']"
+    assert out.stdout.strip() == (
+        "['data_wait', 'get_checkpoint', 'log', 'save_checkpoint', 'step', 'watch']"
+    )

@@ -79,9 +79,11 @@ def telemetry_loop(config):
 
 
 def fault_loop(config):
-    """Steps 1..``steps`` with a checkpoint every ``every`` steps, resuming from the latest
-    checkpoint; rank 1 dies (``os._exit``) at ``fail_step`` on the first attempt only (a
-    marker file says it already did)."""
+    """Steps 1..``steps`` with a checkpoint every ``every`` steps, resuming from the newest
+    checkpoint that verifies (``trainfactory.get_checkpoint``); rank 1 dies (``os._exit``) at
+    ``fail_step`` on the first attempt only (a marker file says it already did), first
+    truncating the newest checkpoint's file when ``config["corrupt"]``. Logs
+    ``resumed_at`` (the step restored from) once per attempt."""
     import json
     import os
     import tempfile
@@ -90,22 +92,27 @@ def fault_loop(config):
 
     rank = ray.train.get_context().get_world_rank()
     start = 0
-    checkpoint = ray.train.get_checkpoint()
+    checkpoint = trainfactory.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
             start = json.load(f)["step"]
+    trainfactory.log({"resumed_at": start}, step=start + 1)
     for i in range(start + 1, config["steps"] + 1):
         with trainfactory.step(samples=8):
             time.sleep(config.get("sleep", 0.05))
         trainfactory.log({"loss": 1.0 / i}, step=i)
         if rank == 1 and i == config["fail_step"] and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
+            if config.get("corrupt"):
+                newest = ray.train.get_all_reported_checkpoints()[-1].checkpoint
+                with open(os.path.join(newest.path, "state.json"), "r+") as f:
+                    f.truncate(3)
             os._exit(1)
         if i % config["every"] == 0:
             with tempfile.TemporaryDirectory() as tmp:
-                ckpt = None
+                directory = None
                 if rank == 0:
                     with open(os.path.join(tmp, "state.json"), "w") as f:
-                        json.dump({"step": i}, f)
-                    ckpt = ray.train.Checkpoint.from_directory(tmp)
-                ray.train.report({"step": i, "loss_at_checkpoint": 1.0 / i}, checkpoint=ckpt)
+                        json.dump({"step": i, "pad": "x" * 100}, f)
+                    directory = tmp
+                trainfactory.save_checkpoint({"step": i}, directory)
