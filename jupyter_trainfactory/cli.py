@@ -20,6 +20,7 @@ from .commands import (
     parse,
     services_text,
     spec_from_args,
+    stop_text,
 )
 from .jobs import JobNotFound
 from .services import ServiceError
@@ -101,8 +102,8 @@ def _run(ns) -> int:
     elif ns.command == "stop":
         if not ns.job:
             raise CommandError(f"stop needs a job id (see `{PROG} list`).")
-        info = api.get_manager(**target).stop(ns.job)
-        print(f"{info.job_id}: {info.state}")
+        info = api.get_manager(**target).stop(ns.job, now=ns.now, grace_s=ns.grace)
+        print(stop_text(info, ns.now, ns.grace))
     elif ns.command == "services":
         print(services_text(ns.action))
     return 0

@@ -115,9 +115,18 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     for name, text in (
         ("status", "state of a job"),
         ("attach", "dashboard of a job"),
-        ("stop", "stop a job"),
+        ("stop", "stop a job after its next checkpoint (--now: at once)"),
     ):
         p = sub.add_parser(name, help=text)
+        if name == "stop":
+            p.add_argument("--now", action="store_true", help="stop at once, without a checkpoint")
+            p.add_argument(
+                "--grace",
+                type=float,
+                default=300.0,
+                metavar="SECONDS",
+                help="stop hard if no checkpoint comes within this time (default 300)",
+            )
         p.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
         _add_target(p)
     logs = sub.add_parser("logs", help="a job's driver log")
@@ -197,6 +206,16 @@ def spec_from_args(
         source=source,
         peak_tflops=ns.peak_tflops,
         flops_per_token=ns.flops_per_token,
+    )
+
+
+def stop_text(info, now: bool, grace_s: float) -> str:
+    """What ``stop`` prints: the state, or that the job stops after its next checkpoint."""
+    if now or info.state in ("SUCCEEDED", "FAILED", "STOPPED"):
+        return f"{info.job_id}: {info.state}"
+    return (
+        f"{info.job_id}: stop requested; the job stops after its next checkpoint"
+        f" (at most {grace_s:g} s from now; `stop --now` stops at once)."
     )
 
 

@@ -506,12 +506,39 @@ class JobManager:
             text = "\n".join(text.splitlines()[-tail:])
         return text
 
-    def stop(self, job_id: str, timeout: float = 60.0) -> JobInfo:
-        """Stop a job now; the job ends STOPPED and its run KILLED with reason ``user``."""
+    def stop(
+        self, job_id: str, now: bool = False, grace_s: float = 300.0, timeout: float = 60.0
+    ) -> JobInfo:
+        """Stop a job: gracefully (default) or at once (``now``).
+
+        Graceful: the request goes to the job through its run (tag
+        ``trainfactory.stop_requested`` = ``user``, with ``trainfactory.stop_grace_s``);
+        the job's recorder reads it within seconds, ``trainfactory.should_stop()`` turns
+        True on every worker, and the driver ends training after the next report that
+        carries a checkpoint, or after ``grace_s`` seconds without one. Returns at once.
+        ``now``: the Ray job is stopped at once (reason ``user-now``); waits up to
+        ``timeout`` s for it to end. Either way the job ends STOPPED, its run KILLED.
+
+        Raises SpecError if ``grace_s`` is negative.
+        """
+        if grace_s < 0:
+            raise SpecError(f"--grace must be at least 0 seconds, got {grace_s:g}.")
         run = self._run(job_id)
         if run.info.status != "RUNNING":
             return self._info(run)
-        self._mlflow.set_tag(run.info.run_id, TAG.STOP, "user")
+        reason = "user-now" if now else "user"
+        from mlflow.entities import RunTag
+
+        self._mlflow.log_batch(
+            run.info.run_id,
+            tags=[
+                RunTag(TAG.STOP, reason),
+                RunTag(TAG.STOP_GRACE, f"{grace_s:g}"),
+                RunTag(TAG.STOP_TIME, f"{time.time():.3f}"),
+            ],
+        )
+        if not now:
+            return self.info(job_id)
         try:
             self.jobs_client.stop_job(run.data.tags[TAG.SUBMISSION])
         except SpecError:
@@ -565,9 +592,13 @@ class Job:
         """Block until the job ends; return its final state (``TimeoutError`` after ``timeout`` s)."""
         return self.manager.wait(self.id, timeout)
 
-    def stop(self) -> str:
-        """Stop the job; returns its state afterwards (STOPPED unless it had already ended)."""
-        return self.manager.stop(self.id).state
+    def stop(self, now: bool = False, grace_s: float = 300.0) -> str:
+        """Stop the job after its next checkpoint (``now``: at once); returns its state.
+
+        A graceful stop returns at once (the state is still RUNNING); ``job.wait()``
+        then returns STOPPED. See :meth:`JobManager.stop`.
+        """
+        return self.manager.stop(self.id, now=now, grace_s=grace_s).state
 
     def logs(self, tail: int | None = None) -> str:
         return self.manager.logs(self.id, tail)

@@ -24,6 +24,7 @@ from .commands import (
     parse,
     services_text,
     spec_from_args,
+    stop_text,
 )
 from .jobs import JobNotFound
 from .services import ServiceError
@@ -163,8 +164,8 @@ class TrainMagics(Magics, Configurable):
         print(self._manager(ns).logs(self._job_id(ns), tail=ns.tail))
 
     def _cmd_stop(self, ns) -> None:
-        info = self._manager(ns).stop(self._job_id(ns))
-        print(f"{info.job_id}: {info.state}")
+        info = self._manager(ns).stop(self._job_id(ns), now=ns.now, grace_s=ns.grace)
+        print(stop_text(info, ns.now, ns.grace))
 
     def _cmd_attach(self, ns) -> None:
         job = api.attach(

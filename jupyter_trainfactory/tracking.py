@@ -34,6 +34,8 @@ class TAG:
     REASON = "trainfactory.reason"
     ERROR = "trainfactory.error"
     STOP = "trainfactory.stop_requested"
+    STOP_GRACE = "trainfactory.stop_grace_s"
+    STOP_TIME = "trainfactory.stop_time"
     STEP = "trainfactory.step"
     CKPT_PATH = "trainfactory.checkpoint.path"
     CKPT_STEP = "trainfactory.checkpoint.step"

@@ -10,8 +10,25 @@ torch, so it works on any Ray worker. Outside a trainfactory job every call does
 - ``trainfactory.watch(model, layers=L, heads=H, head_dim=Q, seq_len=T)``
 - ``trainfactory.save_checkpoint(metrics, directory)`` and ``trainfactory.get_checkpoint()``:
   checkpoints with a manifest (sizes, SHA-256); the newest one that verifies is restored
+- ``trainfactory.should_stop()``: True once ``%train stop JOB`` asked the job to stop
 """
 
-from ray_backend.session import data_wait, get_checkpoint, log, save_checkpoint, step, watch
+from ray_backend.session import (
+    data_wait,
+    get_checkpoint,
+    log,
+    save_checkpoint,
+    should_stop,
+    step,
+    watch,
+)
 
-__all__ = ["data_wait", "get_checkpoint", "log", "save_checkpoint", "step", "watch"]
+__all__ = [
+    "data_wait",
+    "get_checkpoint",
+    "log",
+    "save_checkpoint",
+    "should_stop",
+    "step",
+    "watch",
+]

@@ -12,6 +12,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,38 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
     )
 
 
+class _GracefulStop(Exception):
+    """A requested stop is due (a checkpoint came after it, or its grace period ended)."""
+
+
+def _run_fit(trainer, box: dict[str, Any], done: threading.Event) -> None:
+    try:
+        box["result"] = trainer.fit()
+    except BaseException as exc:  # handed to the main thread
+        box["error"] = exc
+    finally:
+        done.set()
+
+
+def _wait_for_fit(recorder, done: threading.Event, poll_s: float = 1.0) -> None:
+    """Wait for ``fit()`` (run in a thread); raise ``_GracefulStop`` when a stop is due.
+
+    The main thread stays in Python, so Ray's own job stop (SIGTERM) still reaches the
+    ``_Stopped`` handler at once.
+    """
+    import ray
+
+    while not done.wait(poll_s):
+        try:
+            status = ray.get(recorder.stop_status.remote(), timeout=30)
+        except ray.exceptions.GetTimeoutError:
+            continue
+        if status and status["due"]:
+            after = ", after a checkpoint" if status["checkpointed"] else ""
+            print(f"trainfactory: stopping ({status['reason']}{after})", flush=True)
+            raise _GracefulStop(status["reason"])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     meta, fn = load_payload(argv[0])
@@ -146,17 +179,22 @@ def main(argv: list[str] | None = None) -> int:
     recorder.set_state.remote("PENDING", f"waiting for resources: {_resources_text(meta['spec'])}")
     samplers = _start_samplers(ray, recorder, meta["job_id"])
     started = time.time()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    trainer = build_trainer(meta, fn, recorder)
+    threading.Thread(target=_run_fit, args=(trainer, box, done), daemon=True).start()
     try:
-        result = build_trainer(meta, fn, recorder).fit()
-        error = getattr(result, "error", None)
+        _wait_for_fit(recorder, done)
+        if "error" in box:
+            raise box["error"]
+        error = getattr(box.get("result"), "error", None)
         if error is not None:
             raise error
-    except _Stopped:
+    except (_Stopped, _GracefulStop) as stop:
         print("trainfactory: job stopped", flush=True)
-        ray.get(
-            recorder.finish.remote("KILLED", "STOPPED", reason="user", timeout_s=20), timeout=30
-        )
-        return 130
+        ray.get(recorder.finish.remote("KILLED", "STOPPED", reason=None, timeout_s=20), timeout=30)
+        # Exiting ends the job's Ray Train controller and workers with the driver.
+        return 0 if isinstance(stop, _GracefulStop) else 130
     except Exception as exc:
         logging.getLogger("trainfactory").exception("training failed")
         ray.get(recorder.finish.remote("FAILED", "FAILED", error=last_line(exc)), timeout=330)
@@ -165,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         for sampler in samplers:
             sampler.stop.remote()
     print(f"trainfactory: training finished in {time.time() - started:.1f} s", flush=True)
+    stop = ray.get(recorder.stop_status.remote(), timeout=30)
+    if stop is not None:  # the loop obeyed should_stop() and returned: a stopped job
+        ray.get(recorder.finish.remote("KILLED", "STOPPED", reason=None), timeout=330)
+        return 0
     ray.get(recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=330)
     return 0
 

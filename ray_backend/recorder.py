@@ -126,7 +126,11 @@ class RunRecorder:
         self._global_step = 0
         self._last_counters: dict[str, float] | None = None
         self._faults = 0
+        self._failed_rank: int | None = None
         self._pending_restore: tuple[int, int, int] | None = None
+        # stop requests (read from the run's tags, written by JobManager.stop)
+        self._stop: dict[str, Any] | None = None
+        self._stop_polled = 0.0
         # delivery
         self._offline_since: float | None = None
         self._offline_total = 0.0
@@ -204,6 +208,8 @@ class RunRecorder:
                     self._add_user("train/samples", self._samples_total, step, now)
                     if previous is not None and now > previous:
                         self._add_user("train/samples_per_s", batch / (now - previous), step, now)
+            if checkpoint_path and self._stop is not None and now >= self._stop["time"]:
+                self._stop["checkpointed"] = True
             if checkpoint_path:
                 self._checkpoint_step = step
                 self._add_user("checkpoint/step", step, step, now)
@@ -217,34 +223,41 @@ class RunRecorder:
             self._tags[TAG.STEP] = str(step)
             return step
 
-    def worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
-        """Record one batch of a worker's telemetry (see ``ray_backend.session``)."""
+    def worker_batch(self, rank: int, batch: dict[str, Any]) -> dict[str, bool]:
+        """Record one batch of a worker's telemetry (see ``ray_backend.session``).
+
+        Returns ``{"stop": True}`` once a stop was requested: the worker's
+        ``trainfactory.should_stop()`` reads it."""
         with self._lock:
-            counters = batch.get("counters")
-            if counters:
-                # throughput comes from the workers once they count anything themselves
-                if counters.get("samples") or counters.get("tokens"):
-                    self._worker_counters = True
-                self._throughput.update(rank, StepCounters(**counters), time.time())
-            points = batch.get("points", ())
-            for key, value, step, wall_time in points:
-                self._add_user(key, value, step, wall_time)
-            if rank == 0 and "restore" in batch:
-                self._settle_restore(batch["restore"].get("step"))
-            if rank == 0 and counters:
-                logged = max((int(p[2]) for p in points), default=None)
-                if counters.get("steps"):
-                    self._settle_restore(None)
-                self._add_progress(counters, logged)
-            if rank == 0 and "model" in batch:
-                self._set_model(batch["model"])
-            if rank == 0 and "device" in batch:
-                self._set_device(batch["device"])
-            for ckpt in batch.get("checkpoints", ()):
-                if self._checkpoint_rank is None:
-                    self._checkpoint_rank = rank
-                if rank == self._checkpoint_rank:
-                    self._add_checkpoint(ckpt)
+            self._worker_batch(rank, batch)
+            return {"stop": self._stop is not None}
+
+    def _worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
+        counters = batch.get("counters")
+        if counters:
+            # throughput comes from the workers once they count anything themselves
+            if counters.get("samples") or counters.get("tokens"):
+                self._worker_counters = True
+            self._throughput.update(rank, StepCounters(**counters), time.time())
+        points = batch.get("points", ())
+        for key, value, step, wall_time in points:
+            self._add_user(key, value, step, wall_time)
+        if rank == 0 and "restore" in batch:
+            self._settle_restore(batch["restore"].get("step"))
+        if rank == 0 and counters:
+            logged = max((int(p[2]) for p in points), default=None)
+            if counters.get("steps"):
+                self._settle_restore(None)
+            self._add_progress(counters, logged)
+        if rank == 0 and "model" in batch:
+            self._set_model(batch["model"])
+        if rank == 0 and "device" in batch:
+            self._set_device(batch["device"])
+        for ckpt in batch.get("checkpoints", ()):
+            if self._checkpoint_rank is None:
+                self._checkpoint_rank = rank
+            if rank == self._checkpoint_rank:
+                self._add_checkpoint(ckpt)
 
     def node_metrics(self, values: dict[str, float], step: int, wall_time: float) -> None:
         """Record one node sample: keys ``system/<node>/...``; ``step`` = sample index."""
@@ -291,6 +304,7 @@ class RunRecorder:
         with self._lock:
             self._tags[TAG.STATE] = "RESTARTING"
             self._tags[TAG.REASON] = f"rank {rank} failed: {error}"[:4000]
+            self._failed_rank = rank
             if self._attempts and self._attempts[-1]["failed_at"] is None:
                 self._attempts[-1].update(failed_at=now, kind=kind)
                 self._faults += 1
@@ -323,6 +337,53 @@ class RunRecorder:
         restore = default if step is None else int(step)
         self._push(self._user, "faults/restore_step", restore, ts, restarts)
         self._tags["trainfactory.faults.restore_step"] = str(restore)
+
+    def poll_stop(self) -> None:
+        """Read the run's stop request (tags ``trainfactory.stop_requested``, ``..._grace_s``,
+        ``..._time``); called every 2 s by the flush thread."""
+        if self._stop is not None:
+            return
+        try:
+            tags = self._client.get_run(self.run_id).data.tags
+        except Exception:  # tracking server away: ask again later
+            return
+        reason = tags.get(TAG.STOP)
+        if reason:
+            self.request_stop(
+                reason,
+                float(tags.get(TAG.STOP_GRACE) or 300.0),
+                float(tags.get(TAG.STOP_TIME) or time.time()),
+            )
+
+    def request_stop(self, reason: str, grace_s: float = 300.0, at: float | None = None) -> None:
+        """Stop the job after its next checkpoint, or after ``grace_s`` s without one."""
+        with self._lock:
+            if self._stop is not None:
+                return
+            at = time.time() if at is None else at
+            self._stop = {"reason": reason, "grace_s": grace_s, "time": at, "checkpointed": False}
+        print(
+            f"trainfactory: stop requested ({reason}); training ends after the next"
+            f" checkpoint, or in {grace_s:g} s without one.",
+            flush=True,
+        )
+
+    def stop_status(self) -> dict[str, Any] | None:
+        """None, or the stop request with ``due``: True once training should end now (a
+        checkpoint came after the request, the grace period is over, or training has not
+        started, so there is nothing to save)."""
+        with self._lock:
+            if self._stop is None:
+                return None
+            stop = dict(self._stop)
+        running = bool(self._attempts)
+        stop["due"] = (
+            stop["checkpointed"]
+            or not running
+            or stop["reason"] == "user-now"
+            or time.time() - stop["time"] >= stop["grace_s"]
+        )
+        return stop
 
     def _read_submitted(self) -> float:
         """When the job was submitted (the run's ``trainfactory.started`` tag), else now."""
@@ -365,15 +426,23 @@ class RunRecorder:
         status: str,
         state: str,
         error: str = "",
-        reason: str = "",
+        reason: str | None = "",
         timeout_s: float = 300.0,
     ) -> dict[str, Any]:
         """Write everything queued and close the run.
 
         ``status`` is the MLflow run status (``FINISHED``, ``FAILED``, ``KILLED``),
-        ``state`` the job state shown to users (design: "Job states"). When the tracking
-        server is away, retries for up to ``timeout_s`` s. Returns the delivery counts.
+        ``state`` the job state shown to users (design: "Job states"). ``reason`` None:
+        the stop request's reason (``user``, ``user-now``, ...; ``user`` if none was
+        seen). A failure names the failing rank. When the tracking server is away,
+        retries for up to ``timeout_s`` s. Returns the delivery counts.
         """
+        if reason is None:
+            if self._stop is None:
+                self.poll_stop()
+            reason = self._stop["reason"] if self._stop is not None else "user"
+        if error and self._failed_rank is not None and not error.startswith("rank "):
+            error = f"rank {self._failed_rank}: {error}"
         with self._lock:
             self._tags[TAG.STATE] = state
             self._tags[TAG.REASON] = reason
@@ -616,6 +685,9 @@ class RunRecorder:
     def _flush_loop(self) -> None:
         delay = self._interval
         while not self._wake.wait(delay):
+            if time.monotonic() - self._stop_polled >= 2.0:
+                self._stop_polled = time.monotonic()
+                self.poll_stop()
             try:
                 self.flush()
                 delay = self._interval

@@ -34,6 +34,7 @@ __all__ = [
     "data_wait",
     "get_checkpoint",
     "save_checkpoint",
+    "should_stop",
     "instrument",
     "log",
     "recorder_name",
@@ -90,10 +91,13 @@ class WorkerTelemetry:
         self._checkpoints: list[dict] = []
         self._dirty = False
         self._warned: set[str] = set()
+        self._last_sent = 0.0
         self._comm_events: list[tuple[Any, Any]] = []  # CUDA (start, end) pairs to resolve
         self._interval = flush_interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.stop_requested = False  # set from the recorder's reply; read by should_stop()
+        self._replies: list[Any] = []
 
     # -- recording (called from the training loop; cheap) ----------------------------
     @property
@@ -216,11 +220,33 @@ class WorkerTelemetry:
             return batch
 
     def flush(self) -> Any:
-        """Send what is buffered now; returns the send call's result (an ObjectRef)."""
+        """Send what is buffered now; returns the send call's result (an ObjectRef).
+
+        Without new data, an empty batch still goes out every few seconds so that the
+        recorder's reply (a stop request) reaches a worker that logs nothing."""
         batch = self.batch()
-        if batch is not None and self._send is not None:
-            return self._send(self.rank, batch)
-        return None
+        if batch is None and not self.stop_requested and time.time() - self._last_sent > 2.0:
+            batch = {}
+        if batch is None or self._send is None:
+            return None
+        self._last_sent = time.time()
+        ref = self._send(self.rank, batch)
+        self._replies.append(ref)
+        return ref
+
+    def _read_replies(self) -> None:
+        """Look at the recorder's replies that have arrived (never waits for one)."""
+        if not self._replies or self.stop_requested:
+            return
+        import ray
+
+        ready, self._replies = ray.wait(self._replies, num_returns=len(self._replies), timeout=0)
+        for ref in ready:
+            try:
+                if (ray.get(ref) or {}).get("stop"):
+                    self.stop_requested = True
+            except Exception:  # the recorder is gone or failed: no stop from it
+                pass
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="trainfactory-log", daemon=True)
@@ -230,6 +256,7 @@ class WorkerTelemetry:
         while not self._stop.wait(self._interval):
             try:
                 self.flush()
+                self._read_replies()
             except Exception as exc:  # never break training over telemetry
                 self._warn_once("__send__", f"trainfactory: telemetry not sent: {exc}")
 
@@ -368,6 +395,16 @@ def data_wait(iterable: Iterable | None = None):
     ``for batch in trainfactory.data_wait(loader):`` times each ``next()`` of ``loader``.
     """
     return _DataWait() if iterable is None else _timed_iter(iterable)
+
+
+def should_stop() -> bool:
+    """True once a stop was requested (``%train stop JOB``); cheap enough for every step.
+
+    A loop that checks it can save a checkpoint and return early; one that does not is
+    ended by the driver after its next report that carries a checkpoint anyway.
+    """
+    worker = _current
+    return worker is not None and worker.stop_requested
 
 
 def save_checkpoint(metrics: dict[str, Any], directory: str | None = None, **kwargs: Any) -> None:

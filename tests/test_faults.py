@@ -32,7 +32,7 @@ def test_a_worker_failure_is_recovered_from_the_last_checkpoint(manager, mlflow_
     try:
         assert job.wait(timeout=260) == "SUCCEEDED", job.info().error
     finally:
-        job.stop()
+        job.stop(now=True)
     run = mlflow_client.get_run(job.run_id)
     m, tags = run.data.metrics, run.data.tags
     assert run.info.status == "FINISHED"
@@ -75,7 +75,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(
     try:
         assert job.wait(timeout=260) == "SUCCEEDED", job.info().error
     finally:
-        job.stop()
+        job.stop(now=True)
     resumed = [(p.step, p.value) for p in _history(mlflow_client, job.run_id, "resumed_at")]
     assert resumed == [(1, 0.0), (21, 20.0)]  # step 30's checkpoint failed its manifest
     m = mlflow_client.get_run(job.run_id).data.metrics

@@ -23,7 +23,7 @@ def jobs():
     yield launched
     for job in launched:
         if job.status() not in ("SUCCEEDED", "FAILED", "STOPPED"):
-            job.stop()
+            job.stop(now=True)
 
 
 def _wait_for(predicate, timeout=180, poll=0.5):
@@ -83,11 +83,11 @@ def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
     info = _wait_for(lambda: (i := waiting.info()).reason.startswith("waiting") and i)
     assert info.state == "PENDING"
     assert info.reason == "waiting for resources: 1 worker x (1 CPU)"
-    assert waiting.stop() == "STOPPED"
-    assert job.stop() == "STOPPED"
+    assert waiting.stop(now=True) == "STOPPED"
+    assert job.stop(now=True) == "STOPPED"
     run = mlflow_client.get_run(job.run_id)
     assert run.info.status == "KILLED"
-    assert run.data.tags[TAG.REASON] == "user"
+    assert run.data.tags[TAG.REASON] == "user-now"
     assert attach(job.id).status() == "STOPPED"
 
 

@@ -38,7 +38,7 @@ def test_worker_telemetry_reaches_the_run(manager, mlflow_client):
     try:
         assert job.wait(timeout=240) == "SUCCEEDED", job.info().error
     finally:
-        job.stop()
+        job.stop(now=True)
     run = mlflow_client.get_run(job.run_id)
     m, tags = run.data.metrics, run.data.tags
 
@@ -156,5 +156,5 @@ def test_a_tracking_outage_loses_no_user_point(services, tmp_path, monkeypatch):
         assert tags["trainfactory.tracking.dropped_points"] == "0"
         assert "tracking server back after" in job.logs()
     finally:
-        job.stop()
+        job.stop(now=True)
         server.stop()

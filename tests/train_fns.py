@@ -116,3 +116,32 @@ def fault_loop(config):
                         json.dump({"step": i, "pad": "x" * 100}, f)
                     directory = tmp
                 trainfactory.save_checkpoint({"step": i}, directory)
+
+
+def stoppable_loop(config):
+    """Steps forever (0.05 s each), a checkpoint every ``every`` steps; with ``obey`` it
+    checks ``trainfactory.should_stop()`` every step and then saves and returns."""
+    import json
+    import os
+    import tempfile
+
+    import jupyter_trainfactory.train as trainfactory
+
+    rank = ray.train.get_context().get_world_rank()
+    i = 0
+    while True:
+        i += 1
+        with trainfactory.step(samples=4):
+            time.sleep(0.05)
+        trainfactory.log({"loss": 1.0 / i}, step=i)
+        stop = config.get("obey") and trainfactory.should_stop()
+        if stop or i % config["every"] == 0:
+            with tempfile.TemporaryDirectory() as tmp:
+                directory = None
+                if rank == 0:
+                    with open(os.path.join(tmp, "state.json"), "w") as f:
+                        json.dump({"step": i}, f)
+                    directory = tmp
+                trainfactory.save_checkpoint({"step": i}, directory)
+        if stop:
+            return

@@ -1,0 +1,84 @@
+"""Graceful and immediate stops of real two-worker jobs."""
+
+import time
+
+import cloudpickle
+import pytest
+import train_fns
+
+from jupyter_trainfactory import launch
+from jupyter_trainfactory.tracking import TAG
+
+cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
+pytestmark = pytest.mark.job
+
+
+def _running(job, timeout=180):
+    """Wait until the job's workers log steps (``loss`` is in the run)."""
+    client = job.manager._mlflow
+    deadline = time.monotonic() + timeout
+    while "loss" not in client.get_run(job.run_id).data.metrics:
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.5)
+
+
+def _checkpoint_steps(client, run_id):
+    return [
+        (m.step, m.timestamp / 1000) for m in client.get_metric_history(run_id, "checkpoint/step")
+    ]
+
+
+@pytest.mark.timeout(300)
+def test_a_graceful_stop_ends_after_the_next_checkpoint(manager, mlflow_client):
+    # The loop ignores should_stop(): the driver ends it after its next checkpoint report.
+    job = launch(train_fns.stoppable_loop, workers=2, config={"every": 60}, experiment="tests")
+    try:
+        _running(job)
+        requested = time.time()
+        assert job.stop() == "RUNNING"  # graceful: returns at once
+        assert job.wait(timeout=120) == "STOPPED"
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "user"
+    saved_after = [s for s, t in _checkpoint_steps(mlflow_client, job.run_id) if t >= requested]
+    assert saved_after, "no checkpoint after the stop request"
+    deadline = time.monotonic() + 60  # the run is closed first, then the driver exits
+    while manager.jobs_client.get_job_status(f"{job.id}-0").value == "RUNNING":
+        assert time.monotonic() < deadline, "the driver did not exit"
+        time.sleep(0.5)
+    assert manager.jobs_client.get_job_status(f"{job.id}-0").value == "SUCCEEDED"
+    assert "stop requested (user)" in job.logs()
+
+
+@pytest.mark.timeout(300)
+def test_a_loop_that_checks_should_stop_saves_and_returns(manager, mlflow_client):
+    job = launch(
+        train_fns.stoppable_loop,
+        workers=2,
+        config={"every": 10**9, "obey": True},  # no periodic checkpoint at all
+        experiment="tests",
+    )
+    try:
+        _running(job)
+        job.stop(grace_s=120)
+        assert job.wait(timeout=120) == "STOPPED"
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "user"
+    assert len(_checkpoint_steps(mlflow_client, job.run_id)) == 1  # the one it saved on stop
+
+
+@pytest.mark.timeout(300)
+def test_stop_now_is_within_seconds(manager, mlflow_client):
+    job = launch(train_fns.stoppable_loop, workers=2, config={"every": 10**9}, experiment="tests")
+    try:
+        _running(job)
+        t0 = time.monotonic()
+        assert job.stop(now=True) == "STOPPED"
+        assert time.monotonic() - t0 < 30
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "user-now"
