@@ -291,12 +291,22 @@ class JobManager:
 
         deadline = time.monotonic() + settle_s
         while True:
-            nodes = list_nodes(
-                address=self.address,
-                filters=[("state", "=", "ALIVE")],
-                detail=True,
-                raise_on_missing_output=False,
-            )
+            try:
+                nodes = list_nodes(
+                    address=self.address,
+                    filters=[("state", "=", "ALIVE")],
+                    detail=True,
+                    raise_on_missing_output=False,
+                )
+            except Exception as exc:  # the head is gone or overloaded: one sentence
+                where = ""
+                if self.local and self._services is not None:
+                    where = f"; its log is {self._services.processes['ray'].log}"
+                    where += " (`jupyter trainfactory services stop` then retry restarts it)"
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                raise SpecError(
+                    f"The Ray cluster at {self.address} does not answer ({first}){where}."
+                ) from exc
             resources = [dict(n.resources_total or {}) for n in nodes]
             if any(resources) or time.monotonic() > deadline:
                 return resources
@@ -395,6 +405,8 @@ class JobManager:
         env_vars.update(spec.env)
         env_vars.setdefault("PYTHONUNBUFFERED", "1")
         env_vars.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        if self.local and self._services is not None:  # not "auto": another head may run here
+            env_vars.setdefault("RAY_ADDRESS", self._services.ray_address)
         runtime_env: dict[str, Any] = {
             "py_modules": [
                 str(Path(jupyter_trainfactory.__file__).parent),
@@ -589,8 +601,18 @@ class Job:
         return self.manager.info(self.id).state
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until the job ends; return its final state (``TimeoutError`` after ``timeout`` s)."""
-        return self.manager.wait(self.id, timeout)
+        """Block until the job ends; return its final state (``TimeoutError`` after ``timeout`` s).
+
+        The job's dashboard, if one is shown, is brought up to date before returning, so a
+        notebook saved right after shows the final state.
+        """
+        state = self.manager.wait(self.id, timeout)
+        board = self._dashboard
+        if board is not None and board.comm is not None:
+            board.stop()
+            with contextlib.suppress(Exception):  # tracking server away: the poller said so
+                board.poll_once()
+        return state
 
     def stop(self, now: bool = False, grace_s: float = 300.0) -> str:
         """Stop the job after its next checkpoint (``now``: at once); returns its state.
@@ -604,10 +626,13 @@ class Job:
         return self.manager.logs(self.id, tail)
 
     def dashboard(self, start: bool = True):
-        """The live dashboard widget of this job (created once, replaced on each call)."""
+        """The live dashboard widget of this job: the one already shown (still live), or a
+        new one when there is none or it was closed."""
         from .dashboard import JobDashboard
 
-        if self._dashboard is not None:
-            self._dashboard.close()
-        self._dashboard = JobDashboard(self, start=start)
+        board = self._dashboard
+        if board is None or board.comm is None:  # none yet, or closed
+            self._dashboard = JobDashboard(self, start=start)
+        elif start:
+            board.start()
         return self._dashboard

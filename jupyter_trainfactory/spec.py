@@ -176,11 +176,12 @@ class JobSpec:
         self.env = parse_env(self.env)
         for name in ("peak_tflops", "flops_per_token"):
             value = getattr(self, name)
-            if value is not None:
-                _check_number(name, value, 0)
-                if value <= 0:
-                    raise SpecError(f"{name} must be above 0, got {value!r}.")
-                setattr(self, name, float(value))
+            if value is None:
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not math.isfinite(value) or value <= 0:
+                raise SpecError(f"{name} must be a positive, finite number, got {value!r}.")
+            setattr(self, name, float(value))
 
     def runtime_env_extras(self) -> dict[str, Any]:
         """The user's part of the Ray runtime environment."""

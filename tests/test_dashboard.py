@@ -104,7 +104,7 @@ def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
         "64,000 tokens/s",
         "8,000 tokens/s per GPU",
         "MFU</b> 41.2 %",
-        "12.4 ms (p50 12.0 ms, p95 15.4 ms)",
+        "step</b> p50 12.0 ms · p95 15.4 ms · mean of the last second 12.4 ms",
         "data wait 15.0 %",
         "allreduce 8.0 % (1.0 ms/step, may overlap compute)",
         "checkpoint save</b> 0.5 s · 400 MB/s · 200 MB",

@@ -31,13 +31,15 @@ def test_defaults_and_params():
         ({"working_dir": "/does/not/exist"}, "does not exist"),
         ({"env": ["NOEQUALS"]}, "KEY=VALUE"),
         ({"env": ["1BAD=x"]}, "not a valid environment variable"),
-        ({"peak_tflops": 0}, "peak_tflops must be above 0"),
+        ({"peak_tflops": 0}, "peak_tflops must be a positive, finite number"),
+        ({"peak_tflops": -5}, "peak_tflops must be a positive, finite number"),
+        ({"peak_tflops": float("inf")}, "peak_tflops must be a positive, finite number"),
         ({"keep_checkpoints": 0}, "keep_checkpoints must be at least 1"),
         ({"keep_best": "loss"}, "METRIC:max or METRIC:min"),
         ({"keep_best": "loss:lowest"}, "METRIC:max or METRIC:min"),
         ({"max_preemptions": -3}, "max_preemptions must be at least -1"),
-        ({"peak_tflops": "fast"}, "peak_tflops must be a number"),
-        ({"flops_per_token": -6.0}, "flops_per_token must be at least 0"),
+        ({"peak_tflops": "fast"}, "peak_tflops must be a positive, finite number"),
+        ({"flops_per_token": -6.0}, "flops_per_token must be a positive, finite number"),
     ],
 )
 def test_bad_specs_raise_one_sentence(kwargs, message):

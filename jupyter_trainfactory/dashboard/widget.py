@@ -48,7 +48,7 @@ def _pct(value: float | None) -> str:
 
 
 def _fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{1000 * value:.1f} ms"
+    return "n/a" if value is None else f"{1000 * value:.1f} ms"
 
 
 def _fmt_duration(seconds: float | None) -> str:
@@ -285,18 +285,21 @@ class JobDashboard(widgets.VBox):
         elif v("train/tokens_per_s") is not None:
             note = self.model.tags.get("trainfactory.mfu_note") or "MFU unavailable"
             cells.append(f'<b>MFU</b> <span title="{html.escape(note)}">unavailable</span>')
-        if v("train/step_time_s") is not None:
-            cells.append(
-                f"<b>step</b> {_fmt_ms(v('train/step_time_s'))} (p50"
-                f" {_fmt_ms(v('train/step_time_p50_s'))}, p95 {_fmt_ms(v('train/step_time_p95_s'))})"
+        if v("train/step_time_p50_s") is not None:
+            text = (
+                f"<b>step</b> p50 {_fmt_ms(v('train/step_time_p50_s'))}"
+                f" · p95 {_fmt_ms(v('train/step_time_p95_s'))}"
             )
+            if v("train/step_time_s") is not None:
+                text += f" · mean of the last second {_fmt_ms(v('train/step_time_s'))}"
+            cells.append(text)
         split = []
         if v("train/data_wait_fraction") is not None:
             split.append(f"data wait {_pct(v('train/data_wait_fraction'))}")
         if v("train/comm_fraction") is not None:
+            per_step = f"{_fmt_ms(v('train/comm_s'))}/step, " if v("train/comm_s") else ""
             split.append(
-                f"allreduce {_pct(v('train/comm_fraction'))}"
-                f" ({_fmt_ms(v('train/comm_s'))}/step, may overlap compute)"
+                f"allreduce {_pct(v('train/comm_fraction'))} ({per_step}may overlap compute)"
             )
         if split:
             cells.append("<b>wall time</b> " + " · ".join(split))
