@@ -231,7 +231,8 @@ class WorkerTelemetry:
             return None
         self._last_sent = time.time()
         ref = self._send(self.rank, batch)
-        self._replies.append(ref)
+        if ref is not None:
+            self._replies.append(ref)
         return ref
 
     def _read_replies(self) -> None:

@@ -31,8 +31,20 @@ def test_log_buffers_points_and_counts(telemetry):
     assert batch["counters"]["samples"] == 16 and batch["counters"]["tokens"] == 128
     assert batch["counters"]["steps"] == 2  # no step() blocks: log calls count as steps
     assert worker.batch() is None  # nothing new since
+    session.log({"loss": 0.125}, step=4)
     worker.flush()
-    assert sent == []  # flush sends only what is new
+    worker.flush()  # nothing new, and the last send was < 2 s ago: nothing goes out
+    assert [[p[:3] for p in batch["points"]] for _, batch in sent] == [[["loss", 0.125, 4]]]
+
+
+def test_an_idle_worker_still_hears_about_a_stop(telemetry):
+    worker, sent = telemetry
+    worker._last_sent = time.time() - 3  # nothing logged for 3 s
+    worker.flush()
+    assert sent == [(0, {})]  # an empty batch, so that the recorder's reply comes back
+    assert session.should_stop() is False
+    worker.stop_requested = True  # what the reader of the replies sets
+    assert session.should_stop() is True
 
 
 def test_other_ranks_count_but_log_only_when_asked(telemetry):
@@ -153,5 +165,5 @@ def test_the_worker_api_imports_without_jupyter_mlflow_ray_or_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "['data_wait', 'get_checkpoint', 'log', 'save_checkpoint', 'step', 'watch']"
+        "['data_wait', 'get_checkpoint', 'log', 'save_checkpoint', 'should_stop', 'step', 'watch']"
     )
