@@ -103,10 +103,10 @@ class RunRecorder:
         self._dropped = 0
         self._nonfinite = 0
         # derived numbers
-        self._throughput = JobThroughput(gpus_per_worker=gpus_per_worker)
-        self._worker_counters = False
         self._user_flops = flops_per_token
         self._user_peak = peak_tflops * 1e12 if peak_tflops else None
+        self._throughput = JobThroughput(gpus_per_worker, peak_flops=self._user_peak)
+        self._worker_counters = False
         self._derived_step = -1
         self._ticks = 0
         self._derive_interval = derive_interval_s
@@ -403,9 +403,8 @@ class RunRecorder:
         if new_steps <= 0:
             self._last_counters = counters
             return
-        self._global_step = max(self._global_step + new_steps, logged_step or 0)
-        if logged_step is not None:
-            self._global_step = logged_step
+        # the step the user logs, else steps counted on from the previous batch
+        self._global_step = self._global_step + new_steps if logged_step is None else logged_step
         busy = counters.get("step_time_s", 0.0) - last.get("step_time_s", 0.0)
         wait = counters.get("data_wait_s", 0.0) - last.get("data_wait_s", 0.0)
         if busy <= 0 and last.get("time") is not None:  # no step() blocks: the window's time
@@ -502,21 +501,17 @@ class RunRecorder:
 
     def _set_device(self, info: dict[str, Any]) -> None:
         name = info.get("device_name")
-        peak = self._user_peak
-        if peak is None and name:
-            peak = lookup_peak(name, "bf16") or lookup_peak(name, "fp16")
-        self._throughput.peak_flops = peak
         if name:
             self._tags["trainfactory.device_name"] = name
-        if peak:
-            self._tags["trainfactory.peak_flops"] = f"{peak:.6g}"
+            if self._user_peak is None:  # --peak-tflops wins over the table
+                peak = lookup_peak(name, "bf16") or lookup_peak(name, "fp16")
+                self._throughput.peak_flops = peak
         self._mfu_note()
 
     def _mfu_note(self) -> None:
-        if self._user_peak is not None:
-            self._throughput.peak_flops = self._user_peak
-            self._tags["trainfactory.peak_flops"] = f"{self._user_peak:.6g}"
         t = self._throughput
+        if t.peak_flops:
+            self._tags["trainfactory.peak_flops"] = f"{t.peak_flops:.6g}"
         if t.peak_flops and t.flops_per_token:
             self._tags["trainfactory.mfu_note"] = ""
         elif not t.peak_flops:

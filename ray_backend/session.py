@@ -334,7 +334,8 @@ def log(
 
 
 class _Timed:
-    """A context that hands its block's wall time (s) to ``_record``."""
+    """A context that hands its block's wall time (s) to the subclass's
+    ``_record(worker, seconds)``."""
 
     __slots__ = ("_t0",)
 
@@ -346,9 +347,6 @@ class _Timed:
         worker = _active()
         if worker is not None:
             self._record(worker, time.perf_counter() - self._t0)
-
-    def _record(self, worker: WorkerTelemetry, seconds: float) -> None:
-        raise NotImplementedError
 
 
 class step(_Timed):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import html
+import json
 import threading
 
 import ipywidgets as widgets
@@ -354,8 +355,6 @@ class JobDashboard(widgets.VBox):
 
     def _gpu_totals(self) -> dict[tuple[str, str], float]:
         """``(node, label) -> memory total (MB)`` from the samplers' device lists (tags)."""
-        import json
-
         totals = {}
         for key, value in self.model.tags.items():
             if key.startswith("trainfactory.gpus."):

@@ -132,7 +132,6 @@ class StepCounters:
 
 @dataclass
 class _Rank:
-    first: StepCounters
     prev: StepCounters
     cur: StepCounters
     received: float  # when the latest counters arrived, on the deriving side's clock
@@ -186,7 +185,7 @@ class JobThroughput:
         if state is not None and counters.time <= state.cur.time:
             return
         if state is None or counters.steps < state.cur.steps:  # new, or restarted: a baseline
-            self._ranks[rank] = _Rank(counters, counters, counters, received)
+            self._ranks[rank] = _Rank(counters, counters, received)
         else:
             state.cur = counters
             state.received = received
