@@ -46,13 +46,16 @@ def launch(
     source: str = "",
     peak_tflops: float | None = None,
     flops_per_token: float | None = None,
+    stall_timeout: float | None = None,
+    on_stall: str = "warn",
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
     ``fn`` is ordinary Ray Train code taking one ``config`` dict. Returns a :class:`Job`
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
     ``job.dashboard()``). ``peak_tflops`` (per accelerator) and ``flops_per_token``
-    override what MFU is computed from (see :class:`~.spec.JobSpec`).
+    override what MFU is computed from; ``stall_timeout`` (s) and ``on_stall``
+    (``warn``, ``restart`` or ``stop``) set stall detection (see :class:`~.spec.JobSpec`).
 
     Raises
     ------
@@ -87,6 +90,8 @@ def launch(
         source=source,
         peak_tflops=peak_tflops,
         flops_per_token=flops_per_token,
+        stall_timeout=stall_timeout,
+        on_stall=on_stall,
     )
     return get_manager(address, tracking_uri, storage).submit(fn, spec)
 

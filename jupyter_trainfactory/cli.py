@@ -12,6 +12,7 @@ from .commands import (
     CommandError,
     HelpShown,
     build_parser,
+    chaos_text,
     first_line,
     format_status,
     format_table,
@@ -98,7 +99,31 @@ def _run(ns) -> int:
     elif ns.command == "logs":
         if not ns.job:
             raise CommandError(f"logs needs a job id (see `{PROG} list`).")
-        print(api.get_manager(**target).logs(ns.job, tail=ns.tail))
+        manager = api.get_manager(**target)
+        if ns.follow:
+            try:
+                state = manager.follow_logs(
+                    ns.job, rank=ns.rank, write=lambda t: print(t, flush=True)
+                )
+            except KeyboardInterrupt:
+                return 130
+            print(f"--- {ns.job}: {state} ---")
+        else:
+            print(manager.logs(ns.job, tail=ns.tail, rank=ns.rank))
+    elif ns.command == "resume":
+        if not ns.job:
+            raise CommandError(f"resume needs a job id (see `{PROG} list`).")
+        job = api.get_manager(**target).resume(ns.job, max_failures=ns.max_failures)
+        print(f"job {job.id} resumed (submission {job.info().submission_id})")
+        if ns.wait:
+            state = job.wait()
+            print(f"job {job.id}: {state}")
+            return 0 if state == "SUCCEEDED" else 1
+    elif ns.command == "chaos":
+        if not ns.job:
+            raise CommandError(f"chaos needs a job id (see `{PROG} list`).")
+        killed = api.get_manager(**target).chaos(ns.job, rank=ns.kill_worker, node=ns.kill_node)
+        print(chaos_text(ns.job, killed))
     elif ns.command == "stop":
         if not ns.job:
             raise CommandError(f"stop needs a job id (see `{PROG} list`).")

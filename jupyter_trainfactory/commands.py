@@ -11,12 +11,13 @@ import argparse
 import shlex
 from typing import Any
 
-from .spec import JobSpec
+from .spec import ON_STALL, JobSpec
 
 __all__ = [
     "CommandError",
     "HelpShown",
     "build_parser",
+    "chaos_text",
     "first_line",
     "format_status",
     "format_table",
@@ -109,8 +110,48 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         metavar="FLOPS",
         help="training FLOPs per token (default: 6N + attention, from the model)",
     )
+    launch.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a job with no step or report for this long is stalled (default: off)",
+    )
+    launch.add_argument(
+        "--on-stall",
+        choices=ON_STALL,
+        default="warn",
+        help="on a stall: warn (default), restart from the checkpoint, or stop",
+    )
     launch.add_argument("--wait", action="store_true", help="block until the job ends")
     _add_target(launch)
+
+    resume = sub.add_parser(
+        "resume", help="continue a stopped or failed job from its latest good checkpoint"
+    )
+    resume.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+    resume.add_argument(
+        "--max-failures", type=int, help="a new worker-failure budget for this submission"
+    )
+    resume.add_argument("--wait", action="store_true", help="block until the job ends")
+    _add_target(resume)
+
+    chaos = sub.add_parser("chaos", help="fault injection: kill a running job's worker or node")
+    chaos.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+    what = chaos.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--kill-worker",
+        type=int,
+        nargs="?",
+        const=-1,
+        metavar="RANK",
+        help="kill the worker process of this rank (default: the last rank)",
+    )
+    what.add_argument(
+        "--kill-node",
+        metavar="NODE",
+        help="kill every worker process of the job on this node (IP or node id)",
+    )
+    _add_target(chaos)
 
     for name, text in (
         ("status", "state of a job"),
@@ -132,6 +173,12 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     logs = sub.add_parser("logs", help="a job's driver log")
     logs.add_argument("job", nargs="?", metavar="JOB")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    logs.add_argument(
+        "--rank", type=int, metavar="R", help="one worker's log instead of the driver's"
+    )
+    logs.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines until the job ends"
+    )
     _add_target(logs)
     lst = sub.add_parser("list", help="jobs, newest first")
     lst.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
@@ -164,12 +211,14 @@ def parse(
         raise CommandError(f"Cannot parse the line: {exc}.") from exc
     if not argv:
         raise CommandError(
-            "Give a subcommand: launch, status, list, logs, stop, attach or services."
+            "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach"
+            " or services."
         )
     ns = parser.parse_args(argv)
     if ns.command is None:
         raise CommandError(
-            "Give a subcommand: launch, status, list, logs, stop, attach or services."
+            "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach"
+            " or services."
         )
     if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
@@ -206,6 +255,8 @@ def spec_from_args(
         source=source,
         peak_tflops=ns.peak_tflops,
         flops_per_token=ns.flops_per_token,
+        stall_timeout=ns.stall_timeout,
+        on_stall=ns.on_stall,
     )
 
 
@@ -220,9 +271,29 @@ def stop_text(info, now: bool, grace_s: float) -> str:
 
 
 def format_status(info) -> str:
-    """``%train status`` text of a :class:`~.jobs.JobInfo`: one ``field: value`` a line."""
+    """``%train status`` text of a :class:`~.jobs.JobInfo`: one ``field: value`` a line,
+    then the root cause of the last worker failure (rank, node, error, traceback tail)."""
     row = {**info.as_row(), "mlflow": info.run_url or info.run_id}
-    return "\n".join(f"{k:>10}: {v}" for k, v in row.items() if v)
+    if info.restarts:
+        row["restarts"] = str(info.restarts)
+    if info.resumes:
+        row["resumes"] = str(info.resumes)
+    if info.stall:
+        row["stall"] = info.stall
+    lines = [f"{k:>10}: {v}" for k, v in row.items() if v]
+    failure = info.failure_lines()
+    if failure:
+        lines.append(f"{'failure':>10}: {failure[0]}")
+        lines += [f"{'':>10}  {line}" for line in failure[1:]]
+    return "\n".join(lines)
+
+
+def chaos_text(job_id: str, killed: list[dict]) -> str:
+    """What ``chaos`` prints: the worker processes it killed."""
+    if not killed:
+        return f"{job_id}: no worker process was alive to kill."
+    done = ", ".join(f"rank {k['rank']} (pid {k['pid']} on {k['node']})" for k in killed)
+    return f"{job_id}: killed {done}; Ray Train restarts the workers if --max-failures allows."
 
 
 def format_table(rows: list[dict[str, str]]) -> str:

@@ -19,7 +19,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,9 @@ JOB_ID_PATTERN = re.compile(r"^tf-[0-9a-f]{8}$")
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_TO_RUN = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "STOPPED": "KILLED"}
 _PACKAGE_EXCLUDES = ["__pycache__", "*.pyc", "labextension"]
+_PAYLOAD_ARTIFACTS = "trainfactory/payload"
+#: Lines Ray writes into worker logs to say which job, actor or task the lines belong to.
+_RAY_LOG_MARKERS = (":job_id:", ":actor_name:", ":task_name:", ":task_attempt")
 
 
 class JobNotFound(LookupError):
@@ -70,6 +73,29 @@ class JobInfo:
     checkpoint_path: str
     checkpoint_step: int | None
     run_url: str
+    restarts: int = 0
+    resumes: int = 0
+    failure: dict[str, Any] | None = None
+    stall: str = ""
+    stall_suggested_s: float | None = None
+
+    def failure_lines(self) -> list[str]:
+        """The root cause of the last failure: rank, node and error, then its traceback's
+        last lines (empty when no worker failed)."""
+        f = self.failure
+        if not f:
+            return []
+        where = f"rank {f.get('rank', '?')}"
+        if f.get("node"):
+            where += f" on node {f['node']}"
+        if f.get("pid"):
+            where += f" (pid {f['pid']})"
+        when = time.strftime("%H:%M:%S", time.localtime(f["time"])) if f.get("time") else "?"
+        lines = [f"{where} at {when}: {f.get('message') or f.get('type', 'failed')}"]
+        if f.get("cause"):
+            lines.append(f"cause: {f['cause']}")
+        lines += [f"  {line}" for line in (f.get("traceback") or "").splitlines()]
+        return lines
 
     def as_row(self) -> dict[str, str]:
         """Printable fields for tables."""
@@ -192,6 +218,15 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         except ValueError:
             return None
 
+    try:
+        failure = json.loads(tags.get(TAG.FAILURE) or "null")
+    except ValueError:
+        failure = None
+    try:
+        suggested = float(tags.get(TAG.STALL_SUGGESTED) or "nan")
+    except ValueError:
+        suggested = math.nan
+    ended = run.info.end_time / 1000 if run.info.end_time else None
     return JobInfo(
         job_id=tags.get(TAG.JOB_ID, ""),
         name=run.info.run_name or "",
@@ -203,12 +238,17 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         submission_id=tags.get(TAG.SUBMISSION, ""),
         step=_int(tags.get(TAG.STEP)),
         started=run.info.start_time / 1000 if run.info.start_time else None,
-        ended=run.info.end_time / 1000 if run.info.end_time else None,
+        ended=None if run.info.status == "RUNNING" else ended,  # a resume reopens the run
         reason=tags.get(TAG.REASON, ""),
         error=tags.get(TAG.ERROR, ""),
         checkpoint_path=tags.get(TAG.CKPT_PATH, ""),
         checkpoint_step=_int(tags.get(TAG.CKPT_STEP)),
         run_url=tracking.run_url(tracking_uri, run),
+        restarts=_int(tags.get("trainfactory.faults.restarts")) or 0,
+        resumes=_int(tags.get(TAG.RESUMES)) or 0,
+        failure=failure if isinstance(failure, dict) else None,
+        stall=tags.get(TAG.STALL, ""),
+        stall_suggested_s=None if math.isnan(suggested) else suggested,
     )
 
 
@@ -369,23 +409,157 @@ class JobManager:
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
         if source:
             self._mlflow.log_text(run.info.run_id, source, "code/train_function.py")
+        # the payload in the run too: a resume from another machine finds it there
+        self._mlflow.log_artifacts(run.info.run_id, str(payload), _PAYLOAD_ARTIFACTS)
         try:
-            self.jobs_client.submit_job(
-                entrypoint=f"{self._python()} -m ray_backend.driver {payload.name}",
-                submission_id=submission_id,
-                runtime_env=self._runtime_env(spec, payload),
-                metadata={
-                    "trainfactory.job_id": job_id,
-                    "trainfactory.run_id": run.info.run_id,
-                    "trainfactory.owner": spec.owner,
-                },
-            )
+            self._submit(job_id, submission_id, run.info.run_id, spec, payload)
         except Exception as exc:
             self._mlflow.set_tag(run.info.run_id, TAG.STATE, "FAILED")
             self._mlflow.set_tag(run.info.run_id, TAG.ERROR, f"submission failed: {exc}"[:4000])
             self._mlflow.set_terminated(run.info.run_id, "FAILED")
             raise SpecError(f"Ray refused the job: {str(exc).splitlines()[0]}") from exc
         return Job(job_id, run.info.run_id, self)
+
+    def _submit(
+        self, job_id: str, submission_id: str, run_id: str, spec: JobSpec, payload: Path
+    ) -> None:
+        self.jobs_client.submit_job(
+            entrypoint=f"{self._python()} -m ray_backend.driver {payload.name}",
+            submission_id=submission_id,
+            runtime_env=self._runtime_env(spec, payload),
+            metadata={
+                "trainfactory.job_id": job_id,
+                "trainfactory.run_id": run_id,
+                "trainfactory.owner": spec.owner,
+            },
+        )
+
+    def resume(self, job_id: str, max_failures: int | None = None) -> Job:
+        """Continue a STOPPED or FAILED job from its latest good checkpoint.
+
+        A new Ray submission (``<job id>-<n>``) of the same function and config, under
+        the same job id, MLflow run (reopened: status RUNNING; params are not logged
+        again), storage path (Ray Train restores its checkpoint list from there, and
+        ``trainfactory.get_checkpoint()`` returns the newest that verifies) and run name.
+        ``max_failures`` sets a new failure budget for this submission. The resume is
+        recorded in the tags ``trainfactory.resumes`` and ``trainfactory.resume.spec``.
+
+        Raises
+        ------
+        SpecError
+            The job is not STOPPED or FAILED, ran on another cluster, its payload is
+            gone, or Ray refused the submission (the run is then closed as it was).
+        """
+        from mlflow.entities import RunTag
+
+        run = self._run(job_id)
+        info = self._info(run)
+        if info.state not in ("STOPPED", "FAILED"):
+            hint = "launch a new job" if info.state == "SUCCEEDED" else "stop it first"
+            raise SpecError(
+                f"Job {job_id} is {info.state}; only a STOPPED or FAILED job can be resumed"
+                f" ({hint})."
+            )
+        run = self._mlflow.get_run(run.info.run_id)
+        tags = run.data.tags
+        if tags.get(TAG.DASHBOARD, self.address) != self.address:
+            raise SpecError(
+                f"Job {job_id} ran on the cluster at {tags[TAG.DASHBOARD]}; resume it with"
+                f" --address {tags[TAG.DASHBOARD]}."
+            )
+        payload = self._payload(job_id, run.info.run_id)
+        meta = json.loads((payload / "job.json").read_text())
+        changes: dict[str, Any] = {}
+        if max_failures is not None:
+            changes["max_failures"] = max_failures
+        spec = JobSpec(**{**meta["spec"], **changes})  # validates again (working_dir, ...)
+        count = int(tags.get(TAG.RESUMES) or 0) + 1
+        meta.update(spec=spec.to_dict(), resume=count)
+        (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
+        _check_resources(self._node_resources(), spec)
+        submission_id = f"{job_id}-{count}"
+        previous = {k: tags.get(k, "") for k in (TAG.SUBMISSION, TAG.STATE, TAG.REASON)}
+        now = time.time()
+        reopen = {
+            TAG.SUBMISSION: submission_id,
+            TAG.STATE: "PENDING",
+            TAG.REASON: f"resumed ({count})",
+            TAG.RESUMES: str(count),
+            TAG.RESUME_SPEC: json.dumps({"submission": submission_id, "time": now, **changes}),
+            TAG.STARTED: f"{now:.3f}",  # goodput counts this submission's time
+            TAG.STOP: "",
+            TAG.ERROR: "",
+            TAG.STALL: "",
+        }
+        self._mlflow.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in reopen.items()])
+        self._mlflow.update_run(run.info.run_id, status="RUNNING")
+        try:
+            self._submit(job_id, submission_id, run.info.run_id, spec, payload)
+        except Exception as exc:
+            self._mlflow.log_batch(
+                run.info.run_id, tags=[RunTag(k, v) for k, v in previous.items()]
+            )
+            with contextlib.redirect_stdout(io.StringIO()):
+                self._mlflow.set_terminated(run.info.run_id, status=run.info.status)
+            raise SpecError(f"Ray refused the resume: {str(exc).splitlines()[0]}") from exc
+        return Job(job_id, run.info.run_id, self)
+
+    def _payload(self, job_id: str, run_id: str) -> Path:
+        """The job's payload directory: here, or downloaded from its run's artifacts."""
+        module = f"_tf_payload_{job_id.replace('-', '_')}"
+        path = state_dir() / "jobs" / job_id / module
+        if (path / "job.json").is_file() and (path / "function.pkl").is_file():
+            return path
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            fetched = self._mlflow.download_artifacts(run_id, _PAYLOAD_ARTIFACTS, str(path))
+        except Exception as exc:
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SpecError(
+                f"Job {job_id}'s function is neither in {path} nor in its run's artifacts"
+                f" ({text}); launch it again."
+            ) from exc
+        for item in Path(fetched).iterdir():  # <path>/trainfactory/payload/* -> <path>/*
+            item.replace(path / item.name)
+        return path
+
+    def chaos(
+        self, job_id: str, rank: int | None = None, node: str | None = None, timeout: float = 60.0
+    ) -> list[dict[str, Any]]:
+        """Kill a running job's worker process (fault injection, as acceptance tests of a
+        platform do): the one of ``rank`` (None: the last rank), or with ``node`` (an IP
+        or a node id) every worker process of the job on that node.
+
+        The request reaches the job through its run (tag ``trainfactory.chaos``); the
+        job's recorder kills the processes with SIGKILL from a Ray task on their node and
+        answers in ``trainfactory.chaos.done``. Ray Train then sees a worker failure and
+        restarts from the latest checkpoint if ``max_failures`` allows. Returns the
+        processes killed: ``[{"rank", "pid", "node"}]``.
+
+        Raises SpecError when the job is not running, the rank or node has no worker of
+        the job, or the job does not answer within ``timeout`` s.
+        """
+        from mlflow.entities import RunTag
+
+        run = self._run(job_id)
+        info = self._info(run)
+        if info.state not in ("RUNNING", "RESTARTING"):
+            raise SpecError(f"Job {job_id} is {info.state}; chaos needs a RUNNING job.")
+        if rank is not None and rank < -1:
+            raise SpecError(f"--kill-worker takes a rank of 0 or more, got {rank}.")
+        request: dict[str, Any] = {"id": secrets.token_hex(4)}
+        request.update({"node": node} if node else {"rank": -1 if rank is None else rank})
+        self._mlflow.log_batch(run.info.run_id, tags=[RunTag(TAG.CHAOS, json.dumps(request))])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            done = self._mlflow.get_run(run.info.run_id).data.tags.get(TAG.CHAOS_DONE, "")
+            answer = json.loads(done) if done else {}
+            if answer.get("id") == request["id"]:
+                if answer.get("error"):
+                    raise SpecError(f"chaos: {answer['error']}.")
+                return answer.get("killed", [])
+        raise SpecError(f"Job {job_id} did not carry out the chaos request within {timeout:g} s.")
 
     def _local_head(self) -> str:
         """``pid:start_time`` of the embedded Ray head, "" for other clusters."""
@@ -503,9 +677,17 @@ class JobManager:
         )
         return [self._info(run) for run in runs]
 
-    def logs(self, job_id: str, tail: int | None = None) -> str:
-        """The job driver's log (Ray's output included), the last ``tail`` lines if given."""
+    def logs(self, job_id: str, tail: int | None = None, rank: int | None = None) -> str:
+        """The job driver's log (Ray's output included), or with ``rank`` that rank's worker
+        log (stdout, then stderr); the last ``tail`` lines if given.
+
+        Raises JobNotFound when Ray has no such log (the job's cluster is gone, or the
+        rank never started)."""
         run = self._run(job_id)
+        if rank is not None:
+            where = self._rank_where(run, rank)
+            parts = [self._worker_log(where, suffix, tail) for suffix in ("out", "err")]
+            return "\n".join(p for p in parts if p.strip())
         try:
             text = self.jobs_client.get_job_logs(run.data.tags[TAG.SUBMISSION])
         except SpecError:
@@ -517,6 +699,109 @@ class JobManager:
         if tail:
             text = "\n".join(text.splitlines()[-tail:])
         return text
+
+    def _rank_where(self, run, rank: int) -> dict[str, Any]:
+        """Where ``rank``'s worker runs (or last ran): pid, node_id, node_ip."""
+        tags = run.data.tags
+        known = sorted(int(k.removeprefix(TAG.RANK)) for k in tags if k.startswith(TAG.RANK))
+        if rank not in known:
+            ranks = ", ".join(map(str, known)) or "none has started yet"
+            raise JobNotFound(f"Job {tags.get(TAG.JOB_ID)} has no rank {rank} (ranks: {ranks}).")
+        return json.loads(tags[f"{TAG.RANK}{rank}"])
+
+    def _log_chunks(
+        self, where: dict[str, Any], suffix: str, tail: int, follow: bool = False
+    ) -> Iterator[str]:
+        """A worker's log file (``suffix`` ``out`` or ``err``) by pid, through the Ray
+        dashboard's log API (``/api/v0/logs``, what ``ray logs`` uses), so it works with
+        the dashboard URL alone; the cluster's token goes in the header."""
+        import requests
+        from ray._private.authentication.http_token_authentication import (
+            get_auth_headers_if_auth_enabled,
+        )
+
+        media = "stream" if follow else "file"
+        query = {
+            "node_id": where["node_id"],
+            "pid": where["pid"],
+            "suffix": suffix,
+            "lines": tail,
+            "media_type": media,
+            "timeout": 30,
+        }
+        with requests.get(
+            f"{self.address.rstrip('/')}/api/v0/logs/{media}",
+            params=query,
+            headers=get_auth_headers_if_auth_enabled({}),
+            stream=True,
+            timeout=None if follow else 60,
+        ) as reply:
+            if reply.status_code != 200:
+                raise RuntimeError(reply.text.strip().splitlines()[-1] if reply.text else "")
+            for chunk in reply.iter_content(chunk_size=None):
+                text = chunk.decode("utf-8", errors="replace")
+                yield "".join(
+                    line
+                    for line in text.splitlines(keepends=True)
+                    if not line.startswith(_RAY_LOG_MARKERS)
+                )
+
+    def _worker_log(self, where: dict[str, Any], suffix: str, tail: int | None) -> str:
+        try:
+            return "".join(self._log_chunks(where, suffix, tail or -1))
+        except Exception as exc:
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise JobNotFound(f"Ray has no log of pid {where['pid']}: {text}") from exc
+
+    def follow_logs(
+        self,
+        job_id: str,
+        rank: int | None = None,
+        write: Callable[[str], Any] = print,
+        poll_s: float = 1.0,
+    ) -> str:
+        """Print the job's log (or ``rank``'s worker log) as it grows, until the job ends;
+        returns the final state. Follows a rank's new worker after a restart.
+        Interrupt it (Ctrl-C, or the notebook's stop button) to stop following."""
+        import queue
+        import threading
+
+        lines: queue.Queue[str] = queue.Queue()
+        followed: set[int] = set()
+
+        def pump(where: dict[str, Any], suffix: str) -> None:
+            try:
+                for chunk in self._log_chunks(where, suffix, 200, follow=True):
+                    lines.put(chunk)
+            except Exception:  # the worker is gone; a restart is picked up by the loop
+                pass
+
+        seen = 0
+        while True:
+            run = self._run(job_id)
+            state = self._info(run).state
+            if rank is None:
+                text = self.logs(job_id)
+                if len(text) > seen:
+                    write(text[seen:].rstrip("\n"))
+                    seen = len(text)
+            else:
+                with contextlib.suppress(JobNotFound):
+                    where = self._rank_where(run, rank)
+                    if where["pid"] not in followed:
+                        if followed:
+                            write(f"--- rank {rank} restarted: pid {where['pid']} ---")
+                        followed.add(where["pid"])
+                        for suffix in ("out", "err"):
+                            threading.Thread(target=pump, args=(where, suffix), daemon=True).start()
+                deadline = time.monotonic() + poll_s
+                while time.monotonic() < deadline:
+                    with contextlib.suppress(queue.Empty):
+                        write(lines.get(timeout=0.1).rstrip("\n"))
+            if state in TERMINAL_STATES:
+                return state
+            if rank is None:
+                time.sleep(poll_s)
 
     def stop(
         self, job_id: str, now: bool = False, grace_s: float = 300.0, timeout: float = 60.0
@@ -622,8 +907,23 @@ class Job:
         """
         return self.manager.stop(self.id, now=now, grace_s=grace_s).state
 
-    def logs(self, tail: int | None = None) -> str:
-        return self.manager.logs(self.id, tail)
+    def logs(self, tail: int | None = None, rank: int | None = None) -> str:
+        """The driver's log, or ``rank``'s worker log (see :meth:`JobManager.logs`)."""
+        return self.manager.logs(self.id, tail, rank)
+
+    def resume(self, max_failures: int | None = None) -> str:
+        """Continue this STOPPED or FAILED job from its latest good checkpoint (same job
+        id and MLflow run); returns its state. See :meth:`JobManager.resume`."""
+        self.manager.resume(self.id, max_failures=max_failures)
+        board = self._dashboard
+        if board is not None and board.comm is not None:
+            board.start()
+        return self.status()
+
+    def chaos(self, rank: int | None = None, node: str | None = None) -> list[dict[str, Any]]:
+        """Kill this job's worker of ``rank`` (or every one on ``node``): fault injection.
+        See :meth:`JobManager.chaos`."""
+        return self.manager.chaos(self.id, rank=rank, node=node)
 
     def dashboard(self, start: bool = True):
         """The live dashboard widget of this job: the one already shown (still live), or a

@@ -16,6 +16,7 @@ from .commands import (
     CommandError,
     HelpShown,
     build_parser,
+    chaos_text,
     first_line,
     format_status,
     format_table,
@@ -46,6 +47,7 @@ class TrainMagics(Magics, Configurable):
     In [3]: %train status
     In [4]: %train logs --tail 20
     In [5]: %train stop
+    In [6]: %train resume
     """
 
     address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
@@ -161,7 +163,28 @@ class TrainMagics(Magics, Configurable):
         print(format_table(rows))
 
     def _cmd_logs(self, ns) -> None:
-        print(self._manager(ns).logs(self._job_id(ns), tail=ns.tail))
+        manager, job_id = self._manager(ns), self._job_id(ns)
+        if not ns.follow:
+            print(manager.logs(job_id, tail=ns.tail, rank=ns.rank))
+            return
+        try:
+            state = manager.follow_logs(job_id, rank=ns.rank, write=lambda t: print(t, flush=True))
+            print(f"--- {job_id}: {state} ---")
+        except KeyboardInterrupt:  # the notebook's stop button: stop following, quietly
+            print(f"--- stopped following {job_id} (the job goes on) ---")
+
+    def _cmd_resume(self, ns):
+        job = self._manager(ns).resume(self._job_id(ns), max_failures=ns.max_failures)
+        self._last_job = job.id
+        self._show(job)
+        if ns.wait:
+            job.wait()
+        return job
+
+    def _cmd_chaos(self, ns) -> None:
+        job_id = self._job_id(ns)
+        killed = self._manager(ns).chaos(job_id, rank=ns.kill_worker, node=ns.kill_node)
+        print(chaos_text(job_id, killed))
 
     def _cmd_stop(self, ns) -> None:
         info = self._manager(ns).stop(self._job_id(ns), now=ns.now, grace_s=ns.grace)

@@ -11,9 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobSpec", "SpecError", "current_owner", "flatten", "parse_env"]
+__all__ = ["ON_STALL", "JobSpec", "SpecError", "current_owner", "flatten", "parse_env"]
 
 DEFAULT_EXPERIMENT = "trainfactory"
+#: What a stall (no progress for ``stall_timeout`` s) does; see :class:`JobSpec`.
+ON_STALL = ("warn", "restart", "stop")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -107,6 +109,15 @@ class JobSpec:
         None looks the GPU up in :data:`~.telemetry.flops.PEAK_TFLOPS` (no MFU on CPU).
     flops_per_token : float or None
         Training FLOPs per token, overriding ``6 * N`` (+ attention) from the model.
+    stall_timeout : float or None
+        Seconds without a step or report (from any rank) after which the job counts as
+        stalled (None: no stall detection). The dashboard suggests a value once steps
+        are seen (10 x the p95 step time, at least 60 s).
+    on_stall : str
+        What a stall does: ``"warn"`` (the dashboard and the run's tags say so),
+        ``"restart"`` (the stalled workers are killed and Ray Train restarts them from
+        the latest checkpoint; needs ``max_failures`` other than 0) or ``"stop"`` (the
+        job is stopped, reason ``stall``).
     """
 
     function_name: str
@@ -129,6 +140,8 @@ class JobSpec:
     source: str = ""
     peak_tflops: float | None = None
     flops_per_token: float | None = None
+    stall_timeout: float | None = None
+    on_stall: str = "warn"
     owner: str = field(default_factory=current_owner)
 
     def __post_init__(self) -> None:
@@ -182,6 +195,18 @@ class JobSpec:
             if not number or not math.isfinite(value) or value <= 0:
                 raise SpecError(f"{name} must be a positive, finite number, got {value!r}.")
             setattr(self, name, float(value))
+        if self.stall_timeout is not None:
+            _check_number("stall_timeout", self.stall_timeout, 1)
+            self.stall_timeout = float(self.stall_timeout)
+        if self.on_stall not in ON_STALL:
+            raise SpecError(f"on_stall takes {', '.join(ON_STALL)}, got {self.on_stall!r}.")
+        if self.on_stall != "warn" and self.stall_timeout is None:
+            raise SpecError(f"on_stall={self.on_stall!r} needs a stall_timeout in seconds.")
+        if self.on_stall == "restart" and self.max_failures == 0:
+            raise SpecError(
+                "on_stall='restart' restarts the workers, which uses the failure budget;"
+                " set max_failures to 1 or more (or -1)."
+            )
 
     def runtime_env_extras(self) -> dict[str, Any]:
         """The user's part of the Ray runtime environment."""
@@ -211,6 +236,9 @@ class JobSpec:
             params["peak_tflops"] = f"{self.peak_tflops:g}"
         if self.flops_per_token:
             params["flops_per_token"] = f"{self.flops_per_token:g}"
+        if self.stall_timeout:
+            params["stall_timeout"] = f"{self.stall_timeout:g}"
+            params["on_stall"] = self.on_stall
         if self.pip:
             params["pip"] = " ".join(self.pip)[:6000]
         params.update({f"config.{k}": v[:6000] for k, v in flatten(self.config).items()})

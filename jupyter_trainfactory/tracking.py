@@ -42,6 +42,14 @@ class TAG:
     CKPT_TIME = "trainfactory.checkpoint.time"
     STARTED = "trainfactory.started"
     WORKERS = "trainfactory.workers"
+    FAILURE = "trainfactory.failure"  # JSON: the last failure's rank, node, type, traceback
+    RANK = "trainfactory.rank."  # + rank -> JSON: pid, node_id, node_ip of its worker
+    STALL = "trainfactory.stall"  # "" or what stalled since when
+    STALL_SUGGESTED = "trainfactory.stall.suggested_s"
+    CHAOS = "trainfactory.chaos"  # JSON request: id and rank or node
+    CHAOS_DONE = "trainfactory.chaos.done"  # JSON: id, killed ranks, error
+    RESUMES = "trainfactory.resumes"  # number of resume submissions
+    RESUME_SPEC = "trainfactory.resume.spec"  # JSON: the latest resume's changed options
 
 
 @dataclass(frozen=True)

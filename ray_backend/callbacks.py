@@ -3,17 +3,70 @@
 from __future__ import annotations
 
 import time
+import traceback
 from typing import Any
 
 from ray.train import UserCallback
 
-__all__ = ["RecorderCallback", "last_line"]
+__all__ = ["TRACEBACK_LINES", "RecorderCallback", "failure_detail", "last_line", "root_error"]
+
+#: Lines of a failing rank's traceback kept for ``%train status`` and the dashboard.
+TRACEBACK_LINES = 12
+
+
+def root_error(exc: BaseException) -> tuple[BaseException, str]:
+    """The error a user should see inside Ray Train's wrappers, and its traceback text.
+
+    Ray Train wraps a worker's exception in ``UserExceptionWithTraceback`` (the original
+    and its formatted traceback) and a dead worker in ``WorkerHealthCheckFailedError``
+    (its ``health_check_failure``, for instance ``ActorDiedError``); ``WorkerGroupError``
+    holds them per rank. Returns ``(error, traceback text)``.
+    """
+    for _ in range(5):  # unwrap a few levels at most
+        failures = getattr(exc, "worker_failures", None)
+        if failures:
+            exc = failures[min(failures)]
+            continue
+        base = getattr(exc, "_base_exc", None)
+        if base is not None:
+            return base, getattr(exc, "_traceback_str", "") or ""
+        inner = getattr(exc, "health_check_failure", None)
+        if inner is not None:
+            exc = inner
+            continue
+        break
+    return exc, "".join(traceback.format_exception(exc))
 
 
 def last_line(exc: BaseException) -> str:
     """``"TypeName: last line of the message"``: the one line a user sees for an error."""
+    exc, _ = root_error(exc)
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1].strip()}" if lines else type(exc).__name__
+    name = type(exc).__name__
+    if not lines:
+        return name
+    last = lines[-1].strip()
+    return last if last.startswith(f"{name}:") else f"{name}: {last}"
+
+
+def failure_detail(exc: BaseException) -> dict[str, str]:
+    """``{"type", "message", "traceback", "kind"}`` of a worker's failure: the root
+    error's type name, its message's last line, the last :data:`TRACEBACK_LINES` lines of
+    its traceback, and ``"preemption"`` when Ray marked the dead worker's actor as
+    preempted (``RayActorError.preempted``, what Ray Train's separate preemption budget
+    counts), else ``"failure"``."""
+    root, text = root_error(exc)
+    lines = [line for line in text.rstrip().splitlines() if line.strip()]
+    message = last_line(root)
+    if len(message) > 240:  # Ray's own messages run on: their first sentence is the news
+        first, dot, _ = message.partition(". ")
+        message = first + dot.strip() if len(first) < 240 else message[:239] + "…"
+    return {
+        "type": type(root).__name__,
+        "message": message,
+        "traceback": "\n".join(lines[-TRACEBACK_LINES:]),
+        "kind": "preemption" if getattr(root, "preempted", False) is True else "failure",
+    }
 
 
 class RecorderCallback(UserCallback):
@@ -28,4 +81,7 @@ class RecorderCallback(UserCallback):
 
     def after_exception(self, run_context, worker_exceptions: dict[int, Exception]) -> None:
         for rank, exc in sorted(worker_exceptions.items())[:1]:
-            self.recorder.worker_failure.remote(rank, last_line(exc))
+            detail = failure_detail(exc)
+            self.recorder.worker_failure.remote(
+                rank, detail["message"], kind=detail["kind"], detail=detail
+            )

@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             gpus_per_worker=float(meta["spec"]["gpus_per_worker"]),
             peak_tflops=meta["spec"].get("peak_tflops"),
             flops_per_token=meta["spec"].get("flops_per_token"),
+            stall_timeout_s=meta["spec"].get("stall_timeout"),
+            on_stall=meta["spec"].get("on_stall", "warn"),
+            resume=int(meta.get("resume", 0)),
         )
     )
     ray.get(recorder.ping.remote())

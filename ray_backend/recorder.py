@@ -13,22 +13,47 @@ from collections import deque
 from typing import Any
 
 from jupyter_trainfactory.telemetry.flops import flops_per_token, lookup_peak
-from jupyter_trainfactory.telemetry.goodput import Attempt, CheckpointSave, Step, account
+from jupyter_trainfactory.telemetry.goodput import (
+    TIMELINE_TAG,
+    Attempt,
+    CheckpointSave,
+    Step,
+    account,
+)
 from jupyter_trainfactory.telemetry.keys import KeyMapper, to_float
 from jupyter_trainfactory.telemetry.stats import EnergyMeter, JobThroughput, StepCounters, summarize
 from jupyter_trainfactory.tracking import TAG, client
+from ray_backend.session import STOP_SEEN
 
 __all__ = ["MAX_BATCH_METRICS", "RESERVED_KEYS", "RunRecorder"]
 
 #: Report keys with a meaning to this tool. ``step``: the report's step (else the
 #: report count). ``samples``: samples this rank processed since its previous report.
-RESERVED_KEYS = frozenset({"step", "samples"})
+#: ``STOP_SEEN`` (``trainfactory_stop_seen``): added by the workers to the first report
+#: with a checkpoint after they learnt of a stop request; they wait after it, so it is the
+#: last checkpoint of the job.
+RESERVED_KEYS = frozenset({"step", "samples", STOP_SEEN})
 #: MLflow's ``log_batch`` takes at most 1,000 metrics + params + tags per request
 #: (``mlflow.utils.validation.MAX_ENTITIES_PER_BATCH``); metrics go 900 at a time so the
 #: first request of a flush has room for up to 100 tags.
 MAX_BATCH_METRICS = 900
 _MAX_TAGS = 100
 _GPU_METRICS = ("utilization", "memory_used_mb", "power_w", "temperature_c", "sm_clock_mhz")
+
+
+def _kill_pids(pids: list[int]) -> list[int]:
+    """SIGKILL these processes of this node (a Ray task pinned to the node); returns the
+    pids that were alive and got the signal."""
+    import signal
+
+    killed = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
+    return killed
 
 
 @functools.cache
@@ -80,6 +105,9 @@ class RunRecorder:
         device_points_per_s: float = 500.0,
         derive_interval_s: float = 1.0,
         mlflow_timeout_s: int = 30,
+        stall_timeout_s: float | None = None,
+        on_stall: str = "warn",
+        resume: int = 0,
     ):
         # Our own retry loop replaces the MLflow client's (7 retries, minutes of backoff):
         # a request fails fast and its points go back to the queue.
@@ -128,6 +156,24 @@ class RunRecorder:
         self._faults = 0
         self._failed_rank: int | None = None
         self._pending_restore: tuple[int, int, int] | None = None
+        self._ranks: dict[int, dict[str, Any]] = {}  # rank -> pid, node_id, node_ip
+        self._rank_steps: dict[int, int] = {}
+        # stalls: no step or report for stall_timeout_s (None: not watched)
+        self._stall_timeout = stall_timeout_s
+        self._on_stall = on_stall
+        self._last_progress: float | None = None
+        self._progress_seen = False
+        self._max_gap = 0.0  # longest wait between steps or reports: the suggested timeout
+        self._stalled: dict[str, Any] | None = None
+        self._stall_restart = False
+        self._suggested_stall = 0
+        # control requests through the run's tags (stop, chaos)
+        self._chaos_done: set[str] = set()
+        # a resume continues the run: what earlier submissions wrote
+        self._resume = resume
+        self._before: dict[str, float] = {}
+        self._restarts_before = 0
+        self._tick_offset = 0
         # stop requests (read from the run's tags, written by JobManager.stop)
         self._stop: dict[str, Any] | None = None
         self._stop_polled = 0.0
@@ -140,6 +186,8 @@ class RunRecorder:
         self._interval = flush_interval_s
         self._inflight = 0
         self._wake = threading.Event()  # set by finish(): the loops end without a last sleep
+        if resume:
+            self._load_previous()
         self._flusher = threading.Thread(target=self._flush_loop, name="run-recorder", daemon=True)
         self._flusher.start()
         self._deriver = threading.Thread(target=self._derive_loop, name="derive", daemon=True)
@@ -194,6 +242,7 @@ class RunRecorder:
             step = int(raw_step) if isinstance(raw_step, (int, float)) else self._reports
             previous = self._last_report_time or self._running_since
             self._last_report_time = now
+            self._progressed(now)
             if step <= self._last_report_step:
                 return None
             self._last_report_step = step
@@ -208,8 +257,8 @@ class RunRecorder:
                     self._add_user("train/samples", self._samples_total, step, now)
                     if previous is not None and now > previous:
                         self._add_user("train/samples_per_s", batch / (now - previous), step, now)
-            if checkpoint_path and self._stop is not None and now >= self._stop["time"]:
-                self._stop["checkpointed"] = True
+            if checkpoint_path and self._stop is not None and rank0.get(STOP_SEEN):
+                self._stop["checkpointed"] = True  # the workers wait after this report
             if checkpoint_path:
                 self._checkpoint_step = step
                 self._add_user("checkpoint/step", step, step, now)
@@ -233,13 +282,19 @@ class RunRecorder:
             return {"stop": self._stop is not None}
 
     def _worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
+        if "worker" in batch:
+            self._set_worker(rank, batch["worker"])
         counters = batch.get("counters")
+        points = batch.get("points", ())
+        reached = max([int(p[2]) for p in points] + [int((counters or {}).get("steps", 0))])
+        if reached > self._rank_steps.get(rank, 0):  # a new step or logged step: progress
+            self._rank_steps[rank] = reached
+            self._progressed(time.time())
         if counters:
             # throughput comes from the workers once they count anything themselves
             if counters.get("samples") or counters.get("tokens"):
                 self._worker_counters = True
             self._throughput.update(rank, StepCounters(**counters), time.time())
-        points = batch.get("points", ())
         for key, value, step, wall_time in points:
             self._add_user(key, value, step, wall_time)
         if rank == 0 and "restore" in batch:
@@ -261,6 +316,7 @@ class RunRecorder:
 
     def node_metrics(self, values: dict[str, float], step: int, wall_time: float) -> None:
         """Record one node sample: keys ``system/<node>/...``; ``step`` = sample index."""
+        step += self._tick_offset  # a resumed job's samples continue its earlier ones
         with self._lock:
             by_node: dict[str, dict[str, float]] = {}
             for key, value in values.items():
@@ -297,15 +353,29 @@ class RunRecorder:
             print(f"trainfactory: {node}: {note}", flush=True)
         self.set_tags(tags)
 
-    def worker_failure(self, rank: int, error: str, kind: str = "failure") -> None:
+    def worker_failure(
+        self,
+        rank: int,
+        error: str,
+        kind: str = "failure",
+        detail: dict[str, str] | None = None,
+    ) -> None:
         """Record that rank ``rank`` failed with ``error`` (its last line); Ray Train
-        restarts the workers when the failure budget allows, else the job fails."""
+        restarts the workers when the failure budget allows, else the job fails.
+
+        ``kind`` is ``failure`` or ``preemption``; ``detail`` (``type``, ``message``,
+        ``traceback``: see ``ray_backend.callbacks.failure_detail``) becomes the run's
+        ``trainfactory.failure`` tag with the rank's node and pid: the root cause that
+        ``%train status`` and the dashboard show.
+        """
         now = time.time()
         with self._lock:
             self._tags[TAG.STATE] = "RESTARTING"
             self._tags[TAG.REASON] = f"rank {rank} failed: {error}"[:4000]
             self._failed_rank = rank
             if self._attempts and self._attempts[-1]["failed_at"] is None:
+                if self._stall_restart:  # we killed it: the cause is the stall
+                    detail = {**(detail or {}), "cause": self._stalled_text()}
                 self._attempts[-1].update(failed_at=now, kind=kind)
                 self._faults += 1
                 ts = int(now * 1000)
@@ -313,13 +383,33 @@ class RunRecorder:
                 self._tags["trainfactory.faults.last"] = (
                     f"{time.strftime('%H:%M:%S', time.localtime(now))} rank {rank}: {error}"
                 )[:4000]
+                where = self._ranks.get(rank, {})
+                failure = {
+                    "rank": rank,
+                    "node": where.get("node_ip", ""),
+                    "node_id": where.get("node_id", ""),
+                    "pid": where.get("pid"),
+                    "time": round(now, 3),
+                    "attempt": len(self._attempts),
+                    "kind": kind,
+                    "message": error,
+                    **(detail or {}),
+                }
+                self._tags[TAG.FAILURE] = json.dumps(failure)[:5000]
 
     def _attempt_started(self, now: float) -> None:
         if self._attempts and self._attempts[-1]["failed_at"] is None:
             return  # the same attempt (rank 0 said RUNNING again)
         self._attempts.append({"start": now, "failed_at": None, "kind": "failure"})
+        self._last_progress, self._progress_seen = now, False
+        self._rank_steps.clear()
+        self._stall_restart = False
+        if self._stalled is not None:
+            self._stalled = None
+            self._tags[TAG.STALL] = ""
         restarts = len(self._attempts) - 1
         if restarts:
+            restarts += self._restarts_before
             ts = int(now * 1000)
             self._push(self._user, "faults/restarts", restarts, ts, restarts)
             self._tags["trainfactory.faults.restarts"] = str(restarts)
@@ -328,6 +418,132 @@ class RunRecorder:
             default = int(self._checkpoint_step or 0)
             self._pending_restore = (restarts, ts, default)
             self._last_counters = None  # the new workers count from zero
+
+    # -- ranks, progress and stalls ---------------------------------------------------
+    def _set_worker(self, rank: int, info: dict[str, Any]) -> None:
+        self._ranks[rank] = dict(info)
+        self._tags[f"{TAG.RANK}{rank}"] = json.dumps(info)
+
+    def _progressed(self, now: float) -> None:
+        """A step or report arrived (called under the lock)."""
+        if self._last_progress is not None and self._progress_seen:  # not the setup
+            self._max_gap = max(self._max_gap, now - self._last_progress)
+        self._progress_seen = True
+        self._last_progress = now
+        if self._stalled is not None:
+            print(f"trainfactory: progress again after the stall ({self._stalled_text()})")
+            self._stalled = None
+            self._tags[TAG.STALL] = ""
+
+    def _stalled_text(self) -> str:
+        s = self._stalled or {}
+        since = time.strftime("%H:%M:%S", time.localtime(s.get("since", 0)))
+        return f"no step or report for {s.get('after_s', 0):.0f} s since {since}"
+
+    def _check_stall(self, now: float) -> str | None:
+        """Mark a stall when no progress came for ``stall_timeout_s``; returns the action
+        to take (``restart``, ``stop``) once per stall, else None. Also keeps the
+        suggested timeout tag: 10 x the longest gap between steps or reports seen so far
+        (checkpoints and evaluations included), at least 60 s."""
+        with self._lock:
+            if self._max_gap:
+                suggested = max(60, 10 * math.ceil(self._max_gap))
+                if suggested != self._suggested_stall:
+                    self._suggested_stall = suggested
+                    self._tags[TAG.STALL_SUGGESTED] = str(suggested)
+            attempt = self._attempts[-1] if self._attempts else None
+            if (
+                self._stall_timeout is None
+                or attempt is None
+                or attempt["failed_at"] is not None
+                or self._stalled is not None
+                or self._last_progress is None
+                or now - self._last_progress < self._stall_timeout
+            ):
+                return None
+            self._stalled = {"since": self._last_progress, "after_s": now - self._last_progress}
+            text = self._stalled_text()
+            self._tags[TAG.STALL] = text
+            print(f"trainfactory: stalled: {text} (--on-stall {self._on_stall})", flush=True)
+            return self._on_stall if self._on_stall in ("restart", "stop") else None
+
+    def _act_on_stall(self, action: str) -> None:
+        if action == "stop":
+            self.request_stop("stall", grace_s=0.0)
+        elif action == "restart":
+            with self._lock:
+                ranks = dict(self._rank_steps)
+                self._stall_restart = True
+            # the rank that progressed least is the likeliest to hang; any one is enough:
+            # Ray Train restarts the whole worker group from the latest checkpoint
+            rank = min(self._ranks, key=lambda r: (ranks.get(r, -1), -r)) if self._ranks else 0
+            killed = self.kill_ranks([rank])
+            print(f"trainfactory: restarting the stalled job: killed {killed}", flush=True)
+
+    def kill_ranks(self, ranks: list[int]) -> list[dict[str, Any]]:
+        """SIGKILL the worker processes of ``ranks`` (one Ray task pinned to each node).
+
+        Returns ``[{"rank", "pid", "node"}]`` of the processes killed. Raises ValueError
+        for a rank that has not reported where it runs.
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        with self._lock:
+            missing = [r for r in ranks if r not in self._ranks]
+            if missing:
+                known = ", ".join(map(str, sorted(self._ranks))) or "none yet"
+                raise ValueError(f"rank {missing[0]} is not running (running ranks: {known})")
+            where = {r: self._ranks[r] for r in ranks}
+        by_node: dict[str, list[int]] = {}
+        for rank, info in where.items():
+            by_node.setdefault(info["node_id"], []).append(rank)
+        killer = ray.remote(_kill_pids)
+        refs = {
+            node: killer.options(
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            ).remote([where[r]["pid"] for r in node_ranks])
+            for node, node_ranks in by_node.items()
+        }
+        killed = []
+        for node, ref in refs.items():
+            dead = set(ray.get(ref, timeout=60))
+            killed += [
+                {"rank": r, "pid": where[r]["pid"], "node": where[r]["node_ip"]}
+                for r in by_node[node]
+                if where[r]["pid"] in dead
+            ]
+        return killed
+
+    def ranks_on_node(self, node: str) -> list[int]:
+        """Ranks whose worker runs on ``node`` (an IP, or a node id or its prefix)."""
+        with self._lock:
+            return sorted(
+                r
+                for r, info in self._ranks.items()
+                if node in (info.get("node_ip"), info.get("node_id"))
+                or (len(node) >= 8 and str(info.get("node_id", "")).startswith(node))
+            )
+
+    def _chaos(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Carry out one fault-injection request: ``{"rank": R}`` or ``{"node": NODE}``."""
+        done: dict[str, Any] = {"id": request.get("id", ""), "time": round(time.time(), 3)}
+        try:
+            if "node" in request:
+                ranks = self.ranks_on_node(str(request["node"]))
+                if not ranks:
+                    raise ValueError(f"no worker of this job runs on node {request['node']}")
+            else:
+                rank = int(request.get("rank", -1))
+                with self._lock:
+                    rank = max(self._ranks, default=0) if rank < 0 else rank
+                ranks = [rank]
+            done["killed"] = self.kill_ranks(ranks)
+            print(f"trainfactory: chaos: killed {done['killed']}", flush=True)
+        except Exception as exc:
+            done["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return done
 
     def _settle_restore(self, step: int | None) -> None:
         if self._pending_restore is None:
@@ -338,17 +554,27 @@ class RunRecorder:
         self._push(self._user, "faults/restore_step", restore, ts, restarts)
         self._tags["trainfactory.faults.restore_step"] = str(restore)
 
-    def poll_stop(self) -> None:
-        """Read the run's stop request (tags ``trainfactory.stop_requested``, ``..._grace_s``,
-        ``..._time``); called every 2 s by the flush thread."""
-        if self._stop is not None:
-            return
+    def poll_control(self) -> None:
+        """Read the requests that reach the job through its run's tags; called every 2 s
+        by the flush thread: a stop (``trainfactory.stop_requested``, ``..._grace_s``,
+        ``..._time``, written by ``JobManager.stop``) and fault injection
+        (``trainfactory.chaos``, written by ``JobManager.chaos``; answered in
+        ``trainfactory.chaos.done``)."""
         try:
             tags = self._client.get_run(self.run_id).data.tags
         except Exception:  # tracking server away: ask again later
             return
+        chaos = tags.get(TAG.CHAOS)
+        if chaos:
+            try:
+                request = json.loads(chaos)
+            except ValueError:
+                request = {}
+            if request.get("id") and request["id"] not in self._chaos_done:
+                self._chaos_done.add(request["id"])
+                self.set_tags({TAG.CHAOS_DONE: json.dumps(self._chaos(request))})
         reason = tags.get(TAG.STOP)
-        if reason:
+        if reason and self._stop is None:
             self.request_stop(
                 reason,
                 float(tags.get(TAG.STOP_GRACE) or 300.0),
@@ -385,6 +611,68 @@ class RunRecorder:
         )
         return stop
 
+    def _load_previous(self) -> None:
+        """Continue what earlier submissions of this job wrote to the run (a resume).
+
+        Every key's last step (so a step is still written once), the report, sample
+        and failure counts, and the goodput totals (added to this submission's; the
+        time between submissions, when the job held no resources, is not counted).
+        """
+        try:
+            run = self._client.get_run(self.run_id)
+        except Exception as exc:  # tracking server away at start: counts restart
+            print(f"trainfactory: earlier submissions not read ({exc}).", flush=True)
+            return
+        tags = run.data.tags
+        latest = {m.key: m for m in run.data.to_proto().metrics}
+        for key, m in latest.items():
+            if not key.startswith(("system/", "goodput/", "badput/", "faults/", "energy/")):
+                self._last_step[key] = int(m.step)
+        self._before = {
+            k: m.value
+            for k, m in latest.items()
+            if k.startswith(("goodput/", "badput/")) or k == "energy/gpu_kwh"
+        }
+        self._before.update({k: latest[k].value for k in ("faults/mttr_s",) if k in latest})
+        self._tick_offset = max(
+            [
+                int(m.step)
+                for k, m in latest.items()
+                if k.startswith(("system/", "goodput/", "energy/"))
+            ]
+            + [0]
+        )
+        self._ticks = self._tick_offset
+        self._faults = int(latest["faults/count"].value) if "faults/count" in latest else 0
+        if "faults/restarts" in latest:
+            self._restarts_before = int(latest["faults/restarts"].value)
+        if "train/samples" in latest:
+            self._samples_total = latest["train/samples"].value
+        step = tags.get(TAG.STEP)
+        self._reports = int(step) if step and step.isdigit() else 0
+        self._last_report_step = self._reports
+        ckpt = tags.get(TAG.CKPT_STEP)
+        self._checkpoint_step = int(ckpt) if ckpt and ckpt.isdigit() else None
+        self._checkpoints = (
+            int(latest["checkpoint/save_s"].step) if "checkpoint/save_s" in latest else 0
+        )
+        self._tags.update({TAG.RESUMES: str(self._resume), TAG.STALL: ""})
+
+    def _with_previous(self, values: dict[str, float]) -> dict[str, float]:
+        """This submission's goodput metrics plus those of earlier submissions."""
+        before = self._before
+        if not before:
+            return values
+        out = dict(values)
+        for key, value in before.items():
+            if key.startswith("badput/") or key in ("goodput/goodput_s", "goodput/wall_s"):
+                out[key] = out.get(key, 0.0) + value
+        if out.get("goodput/wall_s"):
+            out["goodput/ettr"] = out["goodput/goodput_s"] / out["goodput/wall_s"]
+        if "faults/mttr_s" in before and "faults/mttr_s" not in values:
+            out["faults/mttr_s"] = before["faults/mttr_s"]
+        return out
+
     def _read_submitted(self) -> float:
         """When the job was submitted (the run's ``trainfactory.started`` tag), else now."""
         try:
@@ -418,7 +706,9 @@ class RunRecorder:
         with self._lock:
             attempts = [Attempt(a["start"], a["failed_at"], a["kind"]) for a in self._attempts]
             progress, saves = list(self._progress), list(self._saves)
-        return account(min(self._submitted, now), now, attempts, progress, saves)
+        return account(
+            min(self._submitted, now), now, attempts, progress, saves, resumed=self._resume > 0
+        )
 
     def finish(
         self,
@@ -438,7 +728,7 @@ class RunRecorder:
         """
         if reason is None:
             if self._stop is None:
-                self.poll_stop()
+                self.poll_control()
             reason = self._stop["reason"] if self._stop is not None else "user"
         if error and self._failed_rank is not None and not error.startswith("rank "):
             error = f"rank {self._failed_rank}: {error}"
@@ -552,14 +842,19 @@ class RunRecorder:
                     key = self._keys(f"system/cluster/gpu_{metric}_{stat}")
                     self._push(self._user, key, value, ts, self._ticks)
             if self._energy.joules:
-                self._push(self._user, "energy/gpu_kwh", self._energy.kwh, ts, self._ticks)
+                kwh = self._energy.kwh + self._before.get("energy/gpu_kwh", 0.0)
+                self._push(self._user, "energy/gpu_kwh", kwh, ts, self._ticks)
         if self._attempts:
             acc = self.goodput(now)
             with self._lock:
-                values = {**acc.metrics(), "goodput/wall_s": acc.wall_s}
+                values = self._with_previous({**acc.metrics(), "goodput/wall_s": acc.wall_s})
+                self._tags[TIMELINE_TAG] = json.dumps(acc.timeline())
                 values.pop("faults/count", None)  # written when a failure happens
                 for key, value in values.items():
                     self._push(self._user, key, value, ts, self._ticks)
+        action = self._check_stall(now)
+        if action:
+            self._act_on_stall(action)
         with self._lock:
             if len(self._keys.renamed) != self._renamed_written:
                 self._renamed_written = len(self._keys.renamed)
@@ -682,7 +977,7 @@ class RunRecorder:
         while not self._wake.wait(delay):
             if time.monotonic() - self._stop_polled >= 2.0:
                 self._stop_polled = time.monotonic()
-                self.poll_stop()
+                self.poll_control()
             try:
                 self.flush()
                 delay = self._interval

@@ -48,6 +48,12 @@ _STEP_TIMES_KEPT = 256  # per batch; a worker above 500 steps/s sends a sample o
 _log = logging.getLogger("trainfactory")
 
 
+#: Added to the metrics of the first report with a checkpoint after a stop request.
+STOP_SEEN = "trainfactory_stop_seen"
+#: How long a worker waits after that report for the driver to end the job.
+STOP_WAIT_S = 120.0
+
+
 def recorder_name(job_id: str) -> str:
     """Name of job ``job_id``'s RunRecorder actor in namespace ``trainfactory``."""
     return f"recorder-{job_id}"
@@ -595,9 +601,18 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
             if not os.path.exists(os.path.join(checkpoint.path, MANIFEST)):
                 write_manifest(checkpoint.path)
             nbytes = _dir_bytes(checkpoint.path)
+        stop_seen = worker.stop_requested
+        if stop_seen:  # tells the recorder: the last checkpoint before the stop
+            metrics = {**metrics, STOP_SEEN: 1}
         t0 = time.perf_counter()
         result = report(metrics, checkpoint, *args, **kwargs)
         worker.add_checkpoint(time.perf_counter() - t0, nbytes)
+        if stop_seen:
+            # No step after this checkpoint: what the run records and what a resume
+            # restores stay the same. The driver ends the job within seconds.
+            worker.flush()
+            print("trainfactory: stop requested; checkpoint saved, training ends.", flush=True)
+            time.sleep(STOP_WAIT_S)
         return result
 
     timed_report.__wrapped__ = report
@@ -671,6 +686,11 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
     device = _device_info()
     telemetry.set_info("device", device)
     node_id = ray.get_runtime_context().get_node_id()
+    # where this rank runs: for root causes, `logs --rank` and `chaos --kill-worker`
+    telemetry.set_info(
+        "worker",
+        {"pid": os.getpid(), "node_id": node_id, "node_ip": ray.util.get_node_ip_address()},
+    )
     try:
         sampler = ray.get_actor(sampler_name(job_id, node_id), namespace=RECORDER_NAMESPACE)
         sampler.watch_devices.remote(device["cuda_visible_devices"])

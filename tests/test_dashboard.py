@@ -1,12 +1,17 @@
 """The dashboard's model and widget against a real MLflow run, polled by hand (no timing)."""
 
+import json
 import time
 
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from jupyter_trainfactory.dashboard import DashboardModel, JobDashboard, RunSource
+from jupyter_trainfactory.dashboard import DashboardModel, JobDashboard, RunSource, Snapshot
+from jupyter_trainfactory.dashboard.widget import timeline_html
+from jupyter_trainfactory.jobs import JobInfo
+from jupyter_trainfactory.telemetry.goodput import TIMELINE_TAG, Attempt, CheckpointSave, Step
+from jupyter_trainfactory.telemetry.goodput import account as account_goodput
 from jupyter_trainfactory.tracking import TAG
 
 
@@ -176,4 +181,94 @@ def test_goodput_and_failures_in_the_header(run):
     )
     assert "failures</b> 1 (MTTR 41.5 s) · 1 restart(s), last from step 200" in header
     assert set(board._figures) == {"goodput/ettr"}
+    board.close()
+
+
+def _two_failure_timeline():
+    """The timeline of tests/test_goodput.py's two failures (the second a preemption)."""
+    steps = [Step(float(e), s, 1.0) for s, e in enumerate([11, 12, 13, 14, 25, 26], start=1)]
+    steps += [Step(float(35 + k), 4 + k, 1.0) for k in range(1, 5)]
+    steps += [Step(float(52 + k), 4 + k, 1.0, 0.5) for k in range(1, 7)]
+    attempts = [
+        Attempt(5.0, failed_at=26.0),
+        Attempt(30.0, failed_at=39.0, kind="preemption"),
+        Attempt(50.0),
+    ]
+    saves = [CheckpointSave(14.0, 24.0, 4), CheckpointSave(58.0, 68.0, 10)]
+    return account_goodput(0.0, 70.0, attempts, steps, saves).timeline()
+
+
+def test_timeline_html_has_the_categories_and_the_failures():
+    text = timeline_html(_two_failure_timeline())
+    for part in (
+        'title="failure at 0:26 (failure)"',
+        "left:37.14%;width:2px",  # 26 / 70 of the bar
+        'title="failure at 0:39 (preemption)"',
+        "left:55.71%;width:2px",
+        'title="startup: 10 s (from 0:00 to 0:10)"',
+        "left:0.00%;width:14.29%;background:#8c959f",
+        'title="checkpoint save: 10 s (from 0:14 to 0:24)"',
+        "left:20.00%;width:14.29%",
+        'title="preemption: 11 s (from 0:39 to 0:50)"',
+        "left:55.71%;width:15.71%",
+        'title="data loading: 3 s (from 0:52 to 0:55)"',
+        "goodput 7 s (10.0 %)",
+        "checkpoint save 20 s (28.6 %)",
+        "wasted progress 6 s (8.6 %)",
+        "failures 2",
+    ):
+        assert part in text, part
+    assert text.count('title="') == 13 + 2
+    assert text.count("position:absolute") == 13 + 2
+
+
+@pytest.mark.parametrize(
+    "timeline",
+    [None, [], {}, {"wall_s": 0, "segments": [[0, 1, "g"]]}, {"wall_s": 5, "segments": [[0]]}],
+)
+def test_timeline_html_of_something_else_is_empty(timeline):
+    assert timeline_html(timeline) == ""
+
+
+class _TagSource:
+    """A RunSource with one fixed snapshot: a running job with these run tags, no metrics."""
+
+    def __init__(self, tags):
+        info = JobInfo(
+            job_id="tf-0000abcd",
+            name="demo",
+            state="RUNNING",
+            owner="me",
+            experiment_id="1",
+            run_id="r1",
+            run_status="RUNNING",
+            submission_id="",
+            step=None,
+            started=None,
+            ended=None,
+            reason="",
+            error="",
+            checkpoint_path="",
+            checkpoint_step=None,
+            run_url="",
+        )
+        self.snap = Snapshot(info, [], tags)
+
+    def snapshot(self):
+        return self.snap
+
+
+def test_header_draws_the_timeline_of_the_run_tag():
+    tag = json.dumps(_two_failure_timeline())
+    board = JobDashboard(source=_TagSource({TIMELINE_TAG: tag}), start=False)
+    header = board._header.value
+    assert "goodput timeline</b> 1:10" in header and "failure at 0:39 (preemption)" in header
+    assert header.index("goodput timeline") > header.index("RUNNING")
+    board.close()
+
+
+@pytest.mark.parametrize("tag", ["{not json", '{"wall_s": "soon"}', "[1, 2]", "", "null"])
+def test_header_without_a_valid_timeline_tag_draws_none(tag):
+    board = JobDashboard(source=_TagSource({TIMELINE_TAG: tag}), start=False)
+    assert "RUNNING" in board._header.value and "timeline" not in board._header.value
     board.close()

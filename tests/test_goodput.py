@@ -1,9 +1,12 @@
 """Goodput arithmetic on hand-built timelines: exact seconds per category."""
 
+import json
+
 import pytest
 
 from jupyter_trainfactory.telemetry.goodput import (
     BADPUT_CATEGORIES,
+    CATEGORY_CODES,
     Attempt,
     CheckpointSave,
     Step,
@@ -55,7 +58,8 @@ def test_one_failure_restored_from_the_last_checkpoint():
     assert metrics["goodput/ettr"] == pytest.approx(18 / 70)
 
 
-def test_two_failures_a_preemption_and_slow_checkpoints():
+def _two_failures():
+    """Two failures, the second a preemption, and slow checkpoint saves (0-70 s)."""
     # attempt 0 (start 5): steps 1-4 end 11..14 (first starts at 10), slow save of step 4
     #   14-24, steps 5-6 end 25, 26; fails at 26.
     # attempt 1 (start 30): restored from step 4; steps 5-8 end 36..39 (first starts 35),
@@ -68,7 +72,7 @@ def test_two_failures_a_preemption_and_slow_checkpoints():
         + _steps(5, 36, 4, wait=0.0)
         + _steps(5, 53, 6, wait=0.5)
     )
-    acc = account(
+    return account(
         0.0,
         70.0,
         [
@@ -79,6 +83,10 @@ def test_two_failures_a_preemption_and_slow_checkpoints():
         steps,
         [CheckpointSave(14.0, 24.0, 4), CheckpointSave(58.0, 68.0, 10)],
     )
+
+
+def test_two_failures_a_preemption_and_slow_checkpoints():
+    acc = _two_failures()
     assert acc.badput_s == pytest.approx(
         {
             "startup": 10.0,  # 0-10
@@ -127,3 +135,167 @@ def test_a_failure_not_yet_recovered_has_no_mttr():
 def test_inconsistent_timelines_raise(kwargs):
     with pytest.raises(ValueError):
         account(steps=[], **kwargs)
+
+
+def _tiles(acc):
+    return [(s.start, s.end, s.category) for s in acc.segments]
+
+
+def _assert_tiles_sum_to_totals(acc):
+    """No gaps, no overlaps, no two neighbours alike; each category's lengths add up."""
+    segments = acc.segments
+    assert segments[0].start == acc.submitted
+    assert segments[-1].end == pytest.approx(acc.submitted + acc.wall_s)
+    for a, b in zip(segments, segments[1:], strict=False):
+        assert a.end == b.start and a.category != b.category and a.end > a.start
+    for category in ("goodput", *BADPUT_CATEGORIES):
+        total = sum(s.length for s in segments if s.category == category)
+        expected = acc.goodput_s if category == "goodput" else acc.badput_s[category]
+        assert total == pytest.approx(expected, abs=1e-9), category
+
+
+def test_segments_of_two_failures_a_preemption_and_slow_checkpoints():
+    acc = _two_failures()
+    assert _tiles(acc) == [
+        (0.0, 10.0, "startup"),
+        (10.0, 14.0, "goodput"),
+        (14.0, 24.0, "checkpoint_save"),
+        (24.0, 26.0, "wasted_progress"),
+        (26.0, 30.0, "infrastructure_recovery"),
+        (30.0, 35.0, "checkpoint_restore"),
+        (35.0, 39.0, "wasted_progress"),
+        (39.0, 50.0, "preemption"),
+        (50.0, 52.0, "checkpoint_restore"),
+        (52.0, 55.0, "data_loading"),  # 6 steps x 0.5 s, placed at the piece's start
+        (55.0, 58.0, "goodput"),
+        (58.0, 68.0, "checkpoint_save"),
+        (68.0, 70.0, "other"),
+    ]
+    _assert_tiles_sum_to_totals(acc)
+
+
+def test_data_loading_goes_to_the_start_of_each_piece_between_saves():
+    # one attempt from 10: steps of 1 s (0.25 s waiting for data) end 11, 12 | save 12-13 |
+    # 14, 15 | save 15-17 | 18; the job ends at 20.
+    steps = _steps(1, 11, 2, wait=0.25) + _steps(3, 14, 2, wait=0.25) + [Step(18.0, 5, 1.0, 0.25)]
+    saves = [CheckpointSave(12.0, 13.0, 2), CheckpointSave(15.0, 17.0, 4)]
+    acc = account(0.0, 20.0, [Attempt(10.0)], steps, saves)
+    assert _tiles(acc) == [
+        (0.0, 10.0, "startup"),
+        (10.0, 10.5, "data_loading"),
+        (10.5, 12.0, "goodput"),
+        (12.0, 13.0, "checkpoint_save"),
+        (13.0, 13.5, "data_loading"),
+        (13.5, 15.0, "goodput"),
+        (15.0, 17.0, "checkpoint_save"),
+        (17.0, 17.25, "data_loading"),
+        (17.25, 18.0, "goodput"),
+        (18.0, 20.0, "other"),
+    ]
+    assert acc.badput_s["data_loading"] == 1.25 and acc.goodput_s == 3.75
+    _assert_tiles_sum_to_totals(acc)
+
+
+def test_data_loading_that_does_not_fit_its_piece_goes_to_an_earlier_one():
+    # step 1 ends 12 (from 10); an asynchronous save 12-14 while step 2 (12-15) waits 2.5 s
+    # for data: its piece 14-15 holds 1 s, the other 1.5 s go to 10-12. The total is the
+    # attempt's: min(2.5, kept 5 - saves 2) = 2.5 s.
+    steps = [Step(12.0, 1, 2.0, 0.0), Step(15.0, 2, 3.0, 2.5)]
+    acc = account(0.0, 16.0, [Attempt(10.0)], steps, [CheckpointSave(12.0, 14.0, 1)])
+    assert _tiles(acc) == [
+        (0.0, 10.0, "startup"),
+        (10.0, 11.5, "data_loading"),
+        (11.5, 12.0, "goodput"),
+        (12.0, 14.0, "checkpoint_save"),
+        (14.0, 15.0, "data_loading"),
+        (15.0, 16.0, "other"),
+    ]
+    assert acc.badput_s["data_loading"] == 2.5 and acc.goodput_s == 0.5
+    _assert_tiles_sum_to_totals(acc)
+
+
+def test_segments_of_the_other_timelines_tile_them():
+    steps = _steps(1, 21, 10) + _steps(11, 33, 5) + _steps(11, 56, 10)
+    attempts = [Attempt(10.0, failed_at=37.5), Attempt(45.0)]
+    acc = account(0.0, 70.0, attempts, steps, [CheckpointSave(30.0, 32.0, 10)])
+    assert _tiles(acc)[:4] == [
+        (0.0, 20.0, "startup"),
+        (20.0, 21.0, "data_loading"),
+        (21.0, 30.0, "goodput"),
+        (30.0, 32.0, "checkpoint_save"),
+    ]
+    _assert_tiles_sum_to_totals(acc)
+    acc = account(100.0, 160.0, [], [])
+    assert _tiles(acc) == [(100.0, 160.0, "startup")]
+    assert account(5.0, 5.0, [Attempt(5.0)], []).segments == []
+
+
+def test_timeline_is_compact_and_relative():
+    acc = _two_failures()
+    assert acc.timeline() == {
+        "t0": 0.0,
+        "wall_s": 70.0,
+        "segments": [
+            [0.0, 10.0, "su"],
+            [10.0, 14.0, "g"],
+            [14.0, 24.0, "cs"],
+            [24.0, 26.0, "wp"],
+            [26.0, 30.0, "ir"],
+            [30.0, 35.0, "cr"],
+            [35.0, 39.0, "wp"],
+            [39.0, 50.0, "pe"],
+            [50.0, 52.0, "cr"],
+            [52.0, 55.0, "dl"],
+            [55.0, 58.0, "g"],
+            [58.0, 68.0, "cs"],
+            [68.0, 70.0, "ot"],
+        ],
+        "failures": [[26.0, "failure"], [39.0, "preemption"]],
+    }
+    assert set(CATEGORY_CODES) == {"goodput", *BADPUT_CATEGORIES}
+    assert len(set(CATEGORY_CODES.values())) == len(CATEGORY_CODES)
+
+
+def test_timeline_merges_the_shortest_segments_into_their_longer_neighbours():
+    # shortest first: wp 24-26 into cs, cr 50-52 into pe, ot into cs, dl then g 55-58 into
+    # pe, g 10-14 into cs 14-26 (longer than su), ir into cs.
+    timeline = _two_failures().timeline(max_segments=6)
+    assert timeline["segments"] == [
+        [0.0, 10.0, "su"],
+        [10.0, 30.0, "cs"],
+        [30.0, 35.0, "cr"],
+        [35.0, 39.0, "wp"],
+        [39.0, 58.0, "pe"],
+        [58.0, 70.0, "cs"],
+    ]
+    assert _two_failures().timeline(max_segments=1)["segments"] == [[0.0, 70.0, "pe"]]
+    with pytest.raises(ValueError):
+        _two_failures().timeline(max_segments=0)
+
+
+def test_a_pathological_timeline_fits_an_mlflow_tag():
+    # 2,000 ten-minute steps, each followed by a one-minute save, and 300 failures after
+    # them; submitted at an epoch time; about 15 days of wall time.
+    t0 = 1.7e9
+    steps, saves, t = [], [], t0 + 120.0
+    for k in range(2000):
+        t += 600.0
+        steps.append(Step(t, k + 1, 600.0, 5.0))
+        saves.append(CheckpointSave(t, t + 60.0, k + 1))
+        t += 60.0
+    attempts = [Attempt(t0 + 60.0, failed_at=t)]
+    for _ in range(300):
+        attempts.append(Attempt(t + 30.0, failed_at=t + 40.0, kind="preemption"))
+        t += 50.0
+    attempts.append(Attempt(t))
+    acc = account(t0, t + 100.0, attempts, steps, saves)
+    assert len(acc.segments) > 6000
+    _assert_tiles_sum_to_totals(acc)
+    timeline = acc.timeline()
+    assert len(json.dumps(timeline)) < 5000
+    segments = timeline["segments"]
+    assert len(segments) <= 120 and segments[0][0] == 0.0
+    assert segments[-1][1] == round(acc.wall_s, 1) and timeline["t0"] == t0
+    assert all(a[1] == b[0] and a[2] != b[2] for a, b in zip(segments, segments[1:], strict=False))
+    assert len(timeline["failures"]) == 30  # the latest
+    assert timeline["failures"][-1] == [round(acc.failures[-1].time - t0, 1), "preemption"]

@@ -21,19 +21,30 @@ Categories (seconds):
   report).
 
 ``goodput`` is the rest of kept work: training steps whose progress survived.
+
+``account`` also lays the categories out in time (``Goodput.segments``, drawn by the job
+dashboard as a stacked bar from ``Goodput.timeline()``). Every category is placed at its
+exact times except ``data_loading``: only each step's total wait is known, not when it
+happened, so the waits of the steps that end in a stretch of kept work between two
+checkpoint saves are drawn as one block at the start of that stretch.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
     "BADPUT_CATEGORIES",
+    "CATEGORY_CODES",
+    "TIMELINE_TAG",
     "Attempt",
     "CheckpointSave",
     "FailureRecord",
     "Goodput",
+    "Segment",
     "Step",
     "account",
 ]
@@ -48,6 +59,22 @@ BADPUT_CATEGORIES = (
     "preemption",
     "other",
 )
+#: Short codes of the categories in ``Goodput.timeline()`` (kept short for the tag limit).
+CATEGORY_CODES = {
+    "goodput": "g",
+    "startup": "su",
+    "data_loading": "dl",
+    "checkpoint_save": "cs",
+    "checkpoint_restore": "cr",
+    "wasted_progress": "wp",
+    "infrastructure_recovery": "ir",
+    "preemption": "pe",
+    "other": "ot",
+}
+#: Run tag holding ``json.dumps(Goodput.timeline())``, kept under 5,000 characters: the
+#: tag value limit of older MLflow servers (MLflow 3 allows 8,000,
+#: ``mlflow.utils.validation.MAX_TAG_VAL_LENGTH``).
+TIMELINE_TAG = "trainfactory.goodput.timeline"
 
 
 @dataclass(frozen=True)
@@ -102,14 +129,35 @@ class FailureRecord:
     mttr_s: float | None
 
 
+@dataclass(frozen=True)
+class Segment:
+    """``[start, end]`` (s since the epoch) spent in ``category``: ``"goodput"`` or one of
+    ``BADPUT_CATEGORIES``."""
+
+    start: float
+    end: float
+    category: str
+
+    @property
+    def length(self) -> float:
+        return self.end - self.start
+
+
 @dataclass
 class Goodput:
-    """The account of a job's wall time (all figures in seconds)."""
+    """The account of a job's wall time (all figures in seconds).
+
+    ``segments`` tile ``[submitted, submitted + wall_s]`` in time order, without gaps or
+    overlaps, no two neighbours of the same category; the lengths of a category's segments
+    add up to ``goodput_s`` or its ``badput_s`` entry.
+    """
 
     wall_s: float
     goodput_s: float
     badput_s: dict[str, float] = field(default_factory=dict)
     failures: list[FailureRecord] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    submitted: float = 0.0
 
     @property
     def ettr(self) -> float:
@@ -127,10 +175,195 @@ class Goodput:
             out["faults/mttr_s"] = sum(mttrs) / len(mttrs)
         return out
 
+    def timeline(self, max_segments: int = 120, max_failures: int = 30) -> dict:
+        """The segments and failures, compact, for the ``TIMELINE_TAG`` run tag.
 
-def _clip(a: float, b: float, lo: float, hi: float) -> float:
-    """Length of [a, b] inside [lo, hi]."""
-    return max(0.0, min(b, hi) - max(a, lo))
+        Parameters
+        ----------
+        max_segments : int
+            At most this many segments: above it, the shortest segment is merged into its
+            longer neighbour (which keeps its category), repeatedly, so the bar stays
+            readable and the tag small.
+        max_failures : int
+            At most this many failures, the latest.
+
+        Returns
+        -------
+        dict
+            ``{"t0": submitted, "wall_s": ..., "segments": [[start, end, code], ...],
+            "failures": [[time, kind], ...]}``: times in s relative to ``t0``, rounded to
+            0.1 s, ``code`` from ``CATEGORY_CODES``, ``kind`` ``"failure"`` or
+            ``"preemption"``. With the defaults, ``json.dumps`` of it stays under 5,000
+            characters for jobs of up to a year (relative times of at most 10 digits).
+
+        Raises
+        ------
+        ValueError
+            If ``max_segments < 1`` or ``max_failures < 0``.
+        """
+        if max_segments < 1 or max_failures < 0:
+            raise ValueError("max_segments must be >= 1 and max_failures >= 0.")
+        t0 = self.submitted
+        spans = [[s.start - t0, s.end - t0, s.category] for s in self.segments]
+        segments: list[list] = []
+        for start, end, category in _merge_shortest(spans, max_segments):
+            rel_start, rel_end = round(start, 1), round(end, 1)
+            if rel_end <= rel_start:
+                continue
+            code = CATEGORY_CODES[category]
+            if segments and segments[-1][2] == code:
+                segments[-1][1] = rel_end
+            else:
+                segments.append([rel_start, rel_end, code])
+        kept = self.failures[max(0, len(self.failures) - max_failures) :]
+        return {
+            "t0": round(t0, 1),
+            "wall_s": round(self.wall_s, 1),
+            "segments": segments,
+            "failures": [[round(f.time - t0, 1), f.kind] for f in kept],
+        }
+
+
+def _merge_shortest(spans: list[list], limit: int) -> list[list]:
+    """``spans`` (``[start, end, category]``, contiguous, in time order) cut down to at most
+    ``limit`` by merging the shortest span into its longer neighbour, which keeps its
+    category, until few enough are left; neighbours then of one category are joined.
+
+    A heap of lengths and a doubly linked list make it O(n log n) (``spans`` is changed).
+    """
+    n = len(spans)
+    if n <= limit:
+        return spans
+    prev, nxt = list(range(-1, n - 1)), [*range(1, n), -1]
+    alive = [True] * n
+    heap = [(end - start, i) for i, (start, end, _) in enumerate(spans)]
+    heapq.heapify(heap)
+    count = n
+
+    def length(i: int) -> float:
+        return spans[i][1] - spans[i][0]
+
+    def absorb(keep: int, gone: int) -> None:
+        nonlocal count
+        spans[keep][0] = min(spans[keep][0], spans[gone][0])
+        spans[keep][1] = max(spans[keep][1], spans[gone][1])
+        alive[gone] = False
+        before, after = prev[gone], nxt[gone]
+        if before >= 0:
+            nxt[before] = after
+        if after >= 0:
+            prev[after] = before
+        count -= 1
+
+    while count > limit:
+        size, i = heapq.heappop(heap)
+        if not alive[i] or size != length(i):
+            continue  # stale: merged away, or grown since it was pushed
+        before, after = prev[i], nxt[i]
+        keep = before if after < 0 or (before >= 0 and length(before) >= length(after)) else after
+        absorb(keep, i)
+        for other in (prev[keep], nxt[keep]):
+            if other >= 0 and spans[other][2] == spans[keep][2]:
+                absorb(keep, other)
+        heapq.heappush(heap, (length(keep), keep))
+    return [span for span, live in zip(spans, alive, strict=True) if live]
+
+
+def _add(segments: list[Segment], start: float, end: float, category: str) -> None:
+    """Append ``[start, end]`` (contiguous with the last segment) unless it is empty,
+    merged into the last segment when that has the same category."""
+    if end <= start:
+        return
+    if segments and segments[-1].category == category:
+        segments[-1] = Segment(segments[-1].start, end, category)
+    else:
+        segments.append(Segment(start, end, category))
+
+
+def _union(saves: Sequence[CheckpointSave], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The checkpoint saves clipped to ``[lo, hi]``, overlapping ones joined, in time order."""
+    out: list[tuple[float, float]] = []
+    for c in sorted(saves, key=lambda c: c.start):
+        a, b = max(c.start, lo), min(c.end, hi)
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _split(lo: float, hi: float, saved: list[tuple[float, float]]) -> list[tuple]:
+    """``[lo, hi]`` as ``(start, end, in_a_save)`` pieces in time order, ``saved`` being
+    disjoint intervals inside it in time order."""
+    out, cursor = [], lo
+    for a, b in saved:
+        if a > cursor:
+            out.append((cursor, a, False))
+        out.append((a, b, True))
+        cursor = b
+    if hi > cursor:
+        out.append((cursor, hi, False))
+    return out
+
+
+def _place_waits(pieces: list[tuple[float, float]], steps: Sequence[Step]) -> list[float]:
+    """Data loading (s) per piece of kept work between saves.
+
+    A piece gets the data waits of the steps that end in it, up to its length. Waits that
+    do not fit (steps that overlap a save) go to the first pieces with room left, so the
+    total is ``min(sum of the waits, sum of the lengths)``, the attempt's data loading.
+    """
+    starts = [a for a, _ in pieces]
+    room = [b - a for a, b in pieces]
+    raw = [0.0] * len(pieces)
+    for s in steps:
+        k = bisect_left(starts, s.end) - 1
+        if k >= 0:
+            raw[k] += s.data_wait_s
+    placed = [min(r, length) for r, length in zip(raw, room, strict=True)]
+    left = min(sum(s.data_wait_s for s in steps), sum(room)) - sum(placed)
+    for k, length in enumerate(room):
+        extra = min(max(left, 0.0), length - placed[k])
+        placed[k] += extra
+        left -= extra
+    return placed
+
+
+def _kept_work(
+    segments: list[Segment],
+    first: float,
+    kept_end: float,
+    steps: Sequence[Step],
+    saves: Sequence[CheckpointSave],
+) -> None:
+    """Tile kept work ``[first, kept_end]``: checkpoint saves at their times; between them,
+    each piece's data loading at its start (``_place_waits``), then goodput."""
+    pieces = _split(first, kept_end, _union(saves, first, kept_end))
+    waits = iter(_place_waits([(a, b) for a, b, saving in pieces if not saving], steps))
+    for a, b, saving in pieces:
+        if saving:
+            _add(segments, a, b, "checkpoint_save")
+            continue
+        wait = next(waits)
+        mid = b if wait >= b - a else a + wait
+        _add(segments, a, mid, "data_loading")
+        _add(segments, mid, b, "goodput")
+
+
+def _tally(
+    submitted: float,
+    ended: float,
+    segments: list[Segment],
+    failures: list[FailureRecord],
+) -> Goodput:
+    """The Goodput whose per-category totals are the lengths of ``segments``."""
+    totals = dict.fromkeys(("goodput", *BADPUT_CATEGORIES), 0.0)
+    for s in segments:
+        totals[s.category] += s.length
+    good = totals.pop("goodput")
+    return Goodput(ended - submitted, good, totals, failures, segments, submitted)
 
 
 def account(
@@ -139,8 +372,18 @@ def account(
     attempts: Sequence[Attempt],
     steps: Sequence[Step],
     checkpoints: Sequence[CheckpointSave] = (),
+    resumed: bool = False,
 ) -> Goodput:
     """Split ``[submitted, ended]`` into goodput and badput categories.
+
+    Each attempt's time is, in order: setup (``startup`` for the first attempt,
+    ``checkpoint_restore`` for later ones and, with ``resumed``, for the first attempt of
+    a resumed job too, whose workers start by restoring a checkpoint) until its first
+    step starts; kept work (goodput,
+    ``checkpoint_save``, ``data_loading``) until the end of the last checkpoint saved before
+    a failure, or of the last step; then ``wasted_progress`` until the failure and
+    ``infrastructure_recovery`` or ``preemption`` until the next attempt, or, for the last
+    attempt, saves and ``other`` until ``ended``.
 
     Parameters
     ----------
@@ -151,12 +394,17 @@ def account(
     steps : sequence of Step
         Completed steps, as rank 0 saw them.
     checkpoints : sequence of CheckpointSave
-        Completed checkpoint saves.
+        Completed checkpoint saves (overlapping saves count once).
+    resumed : bool
+        The job was resumed (``%train resume``): submission to the first attempt's start
+        is still ``startup`` (scheduling), the rest of its setup ``checkpoint_restore``.
 
     Returns
     -------
     Goodput
-        ``goodput_s + sum(badput_s.values()) == wall_s`` (up to float rounding).
+        ``goodput_s + sum(badput_s.values()) == wall_s`` (up to float rounding); the totals
+        are the sums of ``segments``, whose ``data_loading`` blocks are placed as the module
+        docstring says.
 
     Raises
     ------
@@ -166,11 +414,10 @@ def account(
     """
     if ended < submitted:
         raise ValueError("ended must not be before submitted.")
-    bad = dict.fromkeys(BADPUT_CATEGORIES, 0.0)
-    good = 0.0
+    segments: list[Segment] = []
     if not attempts:
-        bad["startup"] = ended - submitted
-        return Goodput(ended - submitted, 0.0, bad)
+        _add(segments, submitted, ended, "startup")
+        return _tally(submitted, ended, segments, [])
     ordered = list(attempts)
     for prev, cur in zip(ordered, ordered[1:], strict=False):
         if cur.start < prev.start:
@@ -179,7 +426,7 @@ def account(
         raise ValueError("an attempt starts before the job was submitted.")
     steps = sorted(steps, key=lambda s: s.end)
     saves = sorted(checkpoints, key=lambda c: c.end)
-    bad["startup"] += min(ordered[0].start, ended) - submitted
+    _add(segments, submitted, min(ordered[0].start, ended), "startup")
     failures: list[FailureRecord] = []
     for i, attempt in enumerate(ordered):
         end = ordered[i + 1].start if i + 1 < len(ordered) else ended
@@ -190,34 +437,28 @@ def account(
             raise ValueError("a failure time lies outside its attempt.")
         stop = failed if failed is not None else end  # the attempt's work ends here
         mine = [s for s in steps if start < s.end <= stop]
-        setup = "startup" if i == 0 else "checkpoint_restore"
+        setup = "startup" if i == 0 and not resumed else "checkpoint_restore"
         if not mine:
-            bad[setup] += stop - start
+            _add(segments, start, stop, setup)
         else:
             first = max(start, mine[0].start)
-            bad[setup] += first - start
+            _add(segments, start, first, setup)
             if failed is not None:
                 kept_saves = [c for c in saves if first <= c.start and c.end <= failed]
                 kept_end = kept_saves[-1].end if kept_saves else first
-                bad["wasted_progress"] += stop - kept_end
-            else:  # after the last step: a final checkpoint, the last report, teardown
+            else:
                 kept_end = mine[-1].end
-                tail_saves = sum(_clip(c.start, c.end, kept_end, stop) for c in saves)
-                bad["checkpoint_save"] += tail_saves
-                bad["other"] += stop - kept_end - tail_saves
-            kept = kept_end - first
-            save_s = sum(_clip(c.start, c.end, first, kept_end) for c in saves)
-            wait_s = sum(s.data_wait_s for s in mine if s.end <= kept_end)
-            wait_s = min(wait_s, max(0.0, kept - save_s))
-            bad["checkpoint_save"] += save_s
-            bad["data_loading"] += wait_s
-            good += kept - save_s - wait_s
+            _kept_work(segments, first, kept_end, [s for s in mine if s.end <= kept_end], saves)
+            if failed is not None:
+                _add(segments, kept_end, stop, "wasted_progress")
+            else:  # after the last step: a final checkpoint, the last report, teardown
+                for a, b, saving in _split(kept_end, stop, _union(saves, kept_end, stop)):
+                    _add(segments, a, b, "checkpoint_save" if saving else "other")
         if failed is not None:
-            bad["preemption" if attempt.kind == "preemption" else "infrastructure_recovery"] += (
-                end - failed
-            )
+            recovery = "preemption" if attempt.kind == "preemption" else "infrastructure_recovery"
+            _add(segments, failed, end, recovery)
             failures.append(_failure_record(failed, attempt.kind, mine, steps, saves))
-    return Goodput(ended - submitted, good, bad, failures)
+    return _tally(submitted, ended, segments, failures)
 
 
 def _failure_record(
