@@ -46,6 +46,7 @@ class TAG:
     RANK = "trainfactory.rank."  # + rank -> JSON: pid, node_id, node_ip of its worker
     STALL = "trainfactory.stall"  # "" or what stalled since when
     STALL_SUGGESTED = "trainfactory.stall.suggested_s"
+    STALL_TIMEOUT = "trainfactory.stall.timeout_s"  # the job's timeout, or "off"
     CHAOS = "trainfactory.chaos"  # JSON request: id and rank or node
     CHAOS_DONE = "trainfactory.chaos.done"  # JSON: id, killed ranks, error
     RESUMES = "trainfactory.resumes"  # number of resume submissions

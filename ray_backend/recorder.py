@@ -167,6 +167,7 @@ class RunRecorder:
         self._stalled: dict[str, Any] | None = None
         self._stall_restart = False
         self._suggested_stall = 0
+        self._tags[TAG.STALL_TIMEOUT] = f"{stall_timeout_s:g}" if stall_timeout_s else "off"
         # control requests through the run's tags (stop, chaos)
         self._chaos_done: set[str] = set()
         # a resume continues the run: what earlier submissions wrote

@@ -272,3 +272,38 @@ def test_header_without_a_valid_timeline_tag_draws_none(tag):
     board = JobDashboard(source=_TagSource({TIMELINE_TAG: tag}), start=False)
     assert "RUNNING" in board._header.value and "timeline" not in board._header.value
     board.close()
+
+
+def test_the_root_cause_of_a_failure_and_a_stall_are_shown(run):
+    uri, client, run_id = run
+    failure = {
+        "rank": 1,
+        "node": "10.0.0.7",
+        "pid": 4242,
+        "time": 1_700_000_000.0,
+        "message": "ValueError: bad batch <7>",
+        "type": "ValueError",
+        "traceback": '  File "train.py", line 9, in train\n    raise ValueError("bad batch <7>")',
+    }
+    client.set_tag(run_id, TAG.FAILURE, json.dumps(failure))
+    client.set_tag(run_id, TAG.STALL, "no step or report for 31 s since 10:00:00")
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    header = board._header.value
+    assert "last failure</b>: rank 1 on node 10.0.0.7 (pid 4242) at" in header
+    assert "ValueError: bad batch &lt;7&gt;" in header  # escaped
+    assert "line 9, in train" in header
+    assert "stalled</b>: no step or report for 31 s since 10:00:00" in header
+    board.close()
+
+
+def test_a_stall_timeout_is_suggested_only_when_none_was_set(run):
+    uri, client, run_id = run
+    client.set_tag(run_id, TAG.STALL_SUGGESTED, "60")
+    client.set_tag(run_id, TAG.STALL_TIMEOUT, "off")
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "<code>--stall-timeout 60</code> would suit this job" in board._header.value
+    board.close()
+    client.set_tag(run_id, TAG.STALL_TIMEOUT, "120")
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "--stall-timeout" not in board._header.value
+    board.close()

@@ -5,6 +5,8 @@ import pytest
 import train_fns
 
 from jupyter_trainfactory import launch
+from jupyter_trainfactory.commands import format_status
+from jupyter_trainfactory.tracking import TAG
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
 pytestmark = pytest.mark.job
@@ -83,3 +85,51 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(
     assert "skipping checkpoint" in job.logs() and "state.json has 3 bytes" in job.logs()
     loss = _history(mlflow_client, job.run_id, "loss")
     assert [p.step for p in loss] == list(range(1, 41))
+
+
+@pytest.mark.timeout(240)
+def test_without_a_failure_budget_the_job_fails_naming_the_rank(manager, mlflow_client, tmp_path):
+    job = launch(
+        train_fns.fault_loop,
+        workers=2,
+        max_failures=0,
+        config={"steps": 40, "every": 10, "fail_step": 15, "marker": str(tmp_path / "m")},
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=200) == "FAILED"
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags[TAG.ERROR].startswith("rank 1: ActorDiedError")
+    info = job.info()
+    assert info.failure["rank"] == 1 and info.failure["type"] == "ActorDiedError"
+    assert info.failure["node"] and info.failure["pid"]
+    status = format_status(info)
+    assert "failure: rank 1 on node" in status and "ActorDiedError" in status
+    assert len(info.failure_lines()) > 2  # the error, then its traceback's last lines
+    assert info.failure_lines()[1].strip() in status
+
+
+@pytest.mark.timeout(300)
+def test_a_hung_worker_is_detected_and_the_job_stopped_for_stall(manager, mlflow_client):
+    # steps take 0.05 s; rank 1 hangs at step 20, so nothing arrives for 8 s: a stall
+    job = launch(
+        train_fns.hanging_loop,
+        workers=2,
+        config={"hang_step": 20, "every": 5},
+        stall_timeout=8,
+        on_stall="stop",
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=240) == "STOPPED"
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "stall"
+    assert "stalled: no step or report for" in job.logs()
+    loss = _history(mlflow_client, job.run_id, "loss")
+    assert loss[-1].step <= 21  # nothing after the hang
+    assert float(run.data.tags[TAG.STALL_SUGGESTED]) >= 60

@@ -278,3 +278,96 @@ def test_report_samples_give_throughput_until_workers_count_their_own():
     rec.flush()
     assert [m.value for m in fake.metrics if m.key == "train/samples"] == [16.0, 32.0]
     assert [m.value for m in fake.metrics if m.key == "train/samples_per_s"][-1] == 8.0
+
+
+def _counters(steps, t):
+    return {"time": t, "steps": steps, "step_time_s": 0.05 * steps, "data_wait_s": 0.0}
+
+
+def test_a_stall_is_flagged_suggested_and_stops_the_job(store, capsys):
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600, stall_timeout_s=10, on_stall="stop")
+    rec.set_state("RUNNING")
+    t0 = time.time()
+    for i in range(1, 4):  # progress every 2 s: the longest gap is 2 s
+        rec._progressed(t0 + 2 * i)
+    assert rec._check_stall(t0 + 6 + 9.9) is None  # 9.9 s without progress: not yet
+    assert rec._check_stall(t0 + 6 + 10.1) == "stop"
+    assert rec._check_stall(t0 + 6 + 20) is None  # once per stall
+    rec._act_on_stall("stop")
+    assert rec.stop_status()["reason"] == "stall" and rec.stop_status()["due"]
+    rec.flush()
+    tags = client.get_run(run_id).data.tags
+    assert tags[TAG.STALL].startswith("no step or report for 10 s since")
+    assert tags[TAG.STALL_SUGGESTED] == "60"  # 10 x 2 s is below the 60 s floor
+    rec._progressed(t0 + 40)  # progress again clears the flag
+    rec.flush()
+    assert client.get_run(run_id).data.tags[TAG.STALL] == ""
+    assert "stalled: no step or report" in capsys.readouterr().out
+
+
+def test_without_a_timeout_a_stall_is_never_flagged(store):
+    uri, _, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    rec._progressed(time.time())
+    assert rec._check_stall(time.time() + 10**6) is None
+
+
+def test_a_failure_keeps_its_root_cause_with_the_rank_node(store):
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    rec.worker_batch(1, {"worker": {"pid": 4242, "node_id": "ab" * 28, "node_ip": "10.0.0.7"}})
+    detail = {"type": "ValueError", "message": "ValueError: bad", "traceback": "  File x\nbad"}
+    rec.worker_failure(1, "ValueError: bad", detail=detail)
+    rec.flush()
+    tags = client.get_run(run_id).data.tags
+    failure = json.loads(tags[TAG.FAILURE])
+    assert failure["rank"] == 1 and failure["node"] == "10.0.0.7" and failure["pid"] == 4242
+    assert failure["type"] == "ValueError" and failure["traceback"].endswith("bad")
+    assert json.loads(tags[f"{TAG.RANK}1"])["pid"] == 4242
+    assert rec.ranks_on_node("10.0.0.7") == [1] and rec.ranks_on_node("ab" * 4) == [1]
+    assert rec.ranks_on_node("10.0.0.8") == []
+
+
+def test_chaos_for_a_rank_that_is_not_running_answers_with_the_running_ones(store):
+    uri, _, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.worker_batch(0, {"worker": {"pid": 1, "node_id": "n", "node_ip": "10.0.0.7"}})
+    assert rec._chaos({"id": "x", "rank": 5})["error"] == (
+        "rank 5 is not running (running ranks: 0)"
+    )
+    assert (
+        "no worker of this job runs on node" in rec._chaos({"id": "y", "node": "10.9.9.9"})["error"]
+    )
+
+
+def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
+    uri, client, run_id = store
+    first = RunRecorder(uri, run_id, flush_interval_s=3600)
+    first.set_state("RUNNING")
+    t0 = time.time()
+    first.worker_batch(0, {"counters": _counters(5, t0 + 1), "points": [("loss", 1.0, 5, t0 + 1)]})
+    first.report([{"step": 5}], "/ckpt/5", t0 + 1)
+    first.worker_failure(1, "boom")
+    first.finish("KILLED", "STOPPED", reason="user")
+    before = client.get_run(run_id).data.metrics
+    second = RunRecorder(uri, run_id, flush_interval_s=3600, resume=1)
+    second.set_state("RUNNING")
+    # the restored workers log steps 4..6 again: only 6 is new
+    points = [("loss", 9.0, s, time.time()) for s in (4, 5, 6)]
+    second.worker_batch(0, {"counters": _counters(3, time.time()), "points": points})
+    assert second.report([{"step": 5}], None) is None  # the report count continues too
+    second._derive(time.time() + 1)
+    second.finish("FINISHED", "SUCCEEDED")
+    run = client.get_run(run_id)
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+    assert loss == [(5, 1.0), (6, 9.0)]
+    m = run.data.metrics
+    assert m["faults/count"] == 1  # not reset by the resume
+    assert m["goodput/wall_s"] > before["goodput/wall_s"]
+    assert m["goodput/goodput_s"] >= before["goodput/goodput_s"]
+    assert run.data.tags[TAG.RESUMES] == "1"
+    wall = [p for p in client.get_metric_history(run_id, "goodput/wall_s")]
+    assert max(wall, key=lambda p: p.step).value == m["goodput/wall_s"]  # latest = newest

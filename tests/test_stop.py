@@ -82,3 +82,47 @@ def test_stop_now_is_within_seconds(manager, mlflow_client):
         job.stop(now=True)
     run = mlflow_client.get_run(job.run_id)
     assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "user-now"
+
+
+@pytest.mark.timeout(420)
+def test_chaos_kill_then_stop_and_resume_continue_one_run(manager, mlflow_client, tmp_path):
+    steps = 300
+    job = launch(
+        train_fns.fault_loop,
+        workers=2,
+        max_failures=1,
+        config={"steps": steps, "every": 20, "fail_step": -1, "marker": str(tmp_path / "m")},
+        experiment="tests",
+    )
+    try:
+        _running(job)
+        killed = job.chaos(rank=1)
+        assert [k["rank"] for k in killed] == [1] and killed[0]["pid"] > 0
+        deadline = time.monotonic() + 120  # restarted from a checkpoint, stepping again
+        while mlflow_client.get_run(job.run_id).data.metrics.get("faults/restarts") != 1:
+            assert time.monotonic() < deadline, "no restart after the chaos kill"
+            time.sleep(0.5)
+        assert "ActorDiedError" in (job.info().failure or {}).get("type", "")
+        assert "trainfactory: chaos: killed" in job.logs()
+        assert job.logs(rank=0, tail=50) is not None
+        job.stop()
+        assert job.wait(timeout=120) == "STOPPED"
+        stopped_at = job.info().checkpoint_step
+        assert job.resume() in ("PENDING", "RUNNING")
+        assert job.wait(timeout=240) == "SUCCEEDED"
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    tags, m = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED" and tags[TAG.JOB_ID] == job.id
+    assert tags[TAG.RESUMES] == "1" and tags[TAG.SUBMISSION] == f"{job.id}-1"
+    loss = sorted(p.step for p in mlflow_client.get_metric_history(job.run_id, "loss"))
+    assert loss == list(range(1, steps + 1))  # continuous, each step once
+    resumed = sorted(
+        mlflow_client.get_metric_history(job.run_id, "resumed_at"), key=lambda p: p.step
+    )
+    assert resumed[-1].value == stopped_at  # the resume restored the stop's checkpoint
+    assert m["faults/count"] == 1 and m["faults/restarts"] == 1
+    assert m["goodput/wall_s"] > 0 and 0 < m["goodput/ettr"] < 1
+    params = mlflow_client.get_run(job.run_id).data.params
+    assert params["max_failures"] == "1"  # logged once, not again by the resume

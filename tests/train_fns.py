@@ -145,3 +145,19 @@ def stoppable_loop(config):
                 trainfactory.save_checkpoint({"step": i}, directory)
         if stop:
             return
+
+
+def hanging_loop(config):
+    """Steps with a checkpoint every ``every`` steps; at ``hang_step`` rank 1 sleeps for
+    good (a hung worker: its process lives, training makes no progress)."""
+    import jupyter_trainfactory.train as trainfactory
+
+    rank = ray.train.get_context().get_world_rank()
+    for i in range(1, 10**6):
+        with trainfactory.step(samples=4):
+            time.sleep(0.05)
+        trainfactory.log({"loss": 1.0 / i}, step=i)
+        if rank == 1 and i == config["hang_step"]:
+            time.sleep(10**6)
+        if i % config["every"] == 0:
+            trainfactory.save_checkpoint({"step": i})

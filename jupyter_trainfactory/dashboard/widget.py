@@ -16,6 +16,7 @@ import threading
 import ipywidgets as widgets
 
 from ..telemetry.goodput import CATEGORY_CODES, TIMELINE_TAG
+from ..tracking import TAG
 from .model import DEFAULT_ROLLOVER, DashboardModel, RunSource, Snapshot
 
 __all__ = ["JobDashboard", "timeline_html"]
@@ -278,6 +279,7 @@ class JobDashboard(widgets.VBox):
             text += f'<div style="color:#bc4c00">&#9888; {warning}</div>'
         if detail:
             text += f'<div style="color:{colour}"><code>{html.escape(detail)}</code></div>'
+        text += _failure_html(info)
         self._header.value = f'<div style="font-family:var(--jp-ui-font-family)">{text}</div>'
         self._nodes.value = self._nodes_html()
 
@@ -374,6 +376,19 @@ class JobDashboard(widgets.VBox):
                 f" at step {html.escape(tags.get('trainfactory.nonfinite.first_step', '?'))};"
                 " not written to MLflow"
             )
+        info = self.model.info
+        if info is not None and info.stall and not self.model.finished:
+            out.append(f"<b>stalled</b>: {html.escape(info.stall)}")
+        elif (
+            info is not None
+            and info.stall_suggested_s
+            and not self.model.finished
+            and tags.get(TAG.STALL_TIMEOUT) == "off"
+        ):
+            out.append(
+                "no stall detection; from the step times seen,"
+                f" <code>--stall-timeout {info.stall_suggested_s:.0f}</code> would suit this job"
+            )
         outage = tags.get("trainfactory.tracking.last_outage")
         if outage and self.model.info is not None and not self.model.finished:
             out.append(html.escape(outage))
@@ -443,6 +458,19 @@ class JobDashboard(widgets.VBox):
         """Block until the poller stops (the job ended), for scripts and tests."""
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def _failure_html(info) -> str:
+    """The last worker failure's root cause: rank, node, error and traceback tail."""
+    lines = info.failure_lines()
+    if not lines:
+        return ""
+    tail = "\n".join(line.removeprefix("  ") for line in lines[1:])
+    body = f"<pre style='font-size:11px;margin:2px 0'>{html.escape(tail)}</pre>" if tail else ""
+    return (
+        "<details style='color:#cf222e'><summary><b>last failure</b>: "
+        f"{html.escape(lines[0])}</summary>{body}</details>"
+    )
 
 
 def _num(value: float | None, unit: str) -> str:
