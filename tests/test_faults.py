@@ -133,3 +133,27 @@ def test_a_hung_worker_is_detected_and_the_job_stopped_for_stall(manager, mlflow
     loss = _history(mlflow_client, job.run_id, "loss")
     assert loss[-1].step <= 21  # nothing after the hang
     assert float(run.data.tags[TAG.STALL_SUGGESTED]) >= 60
+
+
+@pytest.mark.timeout(300)
+def test_a_hung_worker_is_restarted_from_its_checkpoint_on_stall(manager, mlflow_client, tmp_path):
+    job = launch(
+        train_fns.hanging_loop,
+        workers=2,
+        max_failures=1,
+        config={"hang_step": 20, "every": 5, "steps": 40, "marker": str(tmp_path / "hung")},
+        stall_timeout=8,
+        on_stall="restart",
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=240) == "SUCCEEDED", job.info().error
+    finally:
+        job.stop(now=True)
+    m = mlflow_client.get_run(job.run_id).data.metrics
+    assert m["faults/count"] == 1 and m["faults/restarts"] == 1
+    assert m["faults/restore_step"] == 15  # rank 1 hung at 20, before that checkpoint
+    failure = job.info().failure
+    assert failure["rank"] == 1 and failure["cause"].startswith("no step or report for")
+    loss = _history(mlflow_client, job.run_id, "loss")
+    assert [p.step for p in loss] == list(range(1, 41))

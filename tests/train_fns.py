@@ -148,16 +148,32 @@ def stoppable_loop(config):
 
 
 def hanging_loop(config):
-    """Steps with a checkpoint every ``every`` steps; at ``hang_step`` rank 1 sleeps for
-    good (a hung worker: its process lives, training makes no progress)."""
+    """Steps (``config["steps"]``, default endless) with a checkpoint every ``every``
+    steps, resumed from the newest good one; at ``hang_step`` rank 1 sleeps for good (a
+    hung worker: its process lives, training makes no progress), on the first attempt
+    only when a ``marker`` file path is given."""
+    import os
+    import tempfile
+
     import jupyter_trainfactory.train as trainfactory
 
     rank = ray.train.get_context().get_world_rank()
-    for i in range(1, 10**6):
+    checkpoint = trainfactory.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "step")) as f:
+            start = int(f.read())
+    for i in range(start + 1, config.get("steps", 10**6) + 1):
         with trainfactory.step(samples=4):
             time.sleep(0.05)
         trainfactory.log({"loss": 1.0 / i}, step=i)
-        if rank == 1 and i == config["hang_step"]:
+        marker = config.get("marker")
+        if rank == 1 and i == config["hang_step"] and not (marker and os.path.exists(marker)):
+            if marker:
+                open(marker, "w").close()
             time.sleep(10**6)
         if i % config["every"] == 0:
-            trainfactory.save_checkpoint({"step": i})
+            with tempfile.TemporaryDirectory() as tmp:
+                with open(os.path.join(tmp, "step"), "w") as f:
+                    f.write(str(i))
+                trainfactory.save_checkpoint({"step": i}, tmp if rank == 0 else None)
