@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import time
 from typing import Any
 
 from .spec import ON_STALL, JobSpec
@@ -281,6 +282,14 @@ def format_status(info) -> str:
     if info.stall:
         row["stall"] = info.stall
     lines = [f"{k:>10}: {v}" for k, v in row.items() if v]
+    for r in info.fault_records:  # this submission's failures, oldest first
+        when = time.strftime("%H:%M:%S", time.localtime(r.get("time", 0)))
+        mttr = "not recovered yet" if r.get("mttr_s") is None else f"MTTR {r['mttr_s']:.1f} s"
+        lines.append(
+            f"{'fault':>10}: {when} {r.get('kind', 'failure')} at step {r.get('step_reached')},"
+            f" restored from step {r.get('restored_step')} ({r.get('steps_lost')} steps lost),"
+            f" {mttr}"
+        )
     failure = info.failure_lines()
     if failure:
         lines.append(f"{'failure':>10}: {failure[0]}")

@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ class JobInfo:
     restarts: int = 0
     resumes: int = 0
     failure: dict[str, Any] | None = None
+    fault_records: list[dict[str, Any]] = field(default_factory=list)
     stall: str = ""
     stall_suggested_s: float | None = None
 
@@ -220,8 +221,9 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
 
     try:
         failure = json.loads(tags.get(TAG.FAILURE) or "null")
+        records = json.loads(tags.get(TAG.FAILURES) or "[]")
     except ValueError:
-        failure = None
+        failure, records = None, []
     try:
         suggested = float(tags.get(TAG.STALL_SUGGESTED) or "nan")
     except ValueError:
@@ -247,6 +249,7 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         restarts=_int(tags.get("trainfactory.faults.restarts")) or 0,
         resumes=_int(tags.get(TAG.RESUMES)) or 0,
         failure=failure if isinstance(failure, dict) else None,
+        fault_records=records if isinstance(records, list) else [],
         stall=tags.get(TAG.STALL, ""),
         stall_suggested_s=None if math.isnan(suggested) else suggested,
     )
@@ -473,10 +476,10 @@ class JobManager:
         if max_failures is not None:
             changes["max_failures"] = max_failures
         spec = JobSpec(**{**meta["spec"], **changes})  # validates again (working_dir, ...)
+        _check_resources(self._node_resources(), spec)
         count = int(tags.get(TAG.RESUMES) or 0) + 1
         meta.update(spec=spec.to_dict(), resume=count)
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
-        _check_resources(self._node_resources(), spec)
         submission_id = f"{job_id}-{count}"
         previous = {k: tags.get(k, "") for k in (TAG.SUBMISSION, TAG.STATE, TAG.REASON)}
         now = time.time()
@@ -521,6 +524,7 @@ class JobManager:
             ) from exc
         for item in Path(fetched).iterdir():  # <path>/trainfactory/payload/* -> <path>/*
             item.replace(path / item.name)
+        shutil.rmtree(path / _PAYLOAD_ARTIFACTS.split("/")[0], ignore_errors=True)
         return path
 
     def chaos(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -397,6 +398,7 @@ class RunRecorder:
                     **(detail or {}),
                 }
                 self._tags[TAG.FAILURE] = json.dumps(failure)[:5000]
+            self._ranks.clear()  # their processes are gone; the restarted ones report anew
 
     def _attempt_started(self, now: float) -> None:
         if self._attempts and self._attempts[-1]["failed_at"] is None:
@@ -478,7 +480,11 @@ class RunRecorder:
             # the rank that progressed least is the likeliest to hang; any one is enough:
             # Ray Train restarts the whole worker group from the latest checkpoint
             rank = min(self._ranks, key=lambda r: (ranks.get(r, -1), -r)) if self._ranks else 0
-            killed = self.kill_ranks([rank])
+            try:
+                killed = self.kill_ranks([rank])
+            except Exception as exc:  # no worker known, or the node does not answer
+                print(f"trainfactory: cannot restart the stalled job: {exc}", flush=True)
+                return
             print(f"trainfactory: restarting the stalled job: killed {killed}", flush=True)
 
     def kill_ranks(self, ranks: list[int]) -> list[dict[str, Any]]:
@@ -850,6 +856,9 @@ class RunRecorder:
             with self._lock:
                 values = self._with_previous({**acc.metrics(), "goodput/wall_s": acc.wall_s})
                 self._tags[TIMELINE_TAG] = json.dumps(acc.timeline())
+                if acc.failures:  # per failure: time, kind, steps reached/restored/lost, MTTR
+                    records = [dataclasses.asdict(f) for f in acc.failures[-20:]]
+                    self._tags[TAG.FAILURES] = json.dumps(records)[:5000]
                 values.pop("faults/count", None)  # written when a failure happens
                 for key, value in values.items():
                     self._push(self._user, key, value, ts, self._ticks)

@@ -319,6 +319,8 @@ def test_a_failure_keeps_its_root_cause_with_the_rank_node(store):
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
     rec.set_state("RUNNING")
     rec.worker_batch(1, {"worker": {"pid": 4242, "node_id": "ab" * 28, "node_ip": "10.0.0.7"}})
+    assert rec.ranks_on_node("10.0.0.7") == [1] and rec.ranks_on_node("ab" * 4) == [1]
+    assert rec.ranks_on_node("10.0.0.8") == []
     detail = {"type": "ValueError", "message": "ValueError: bad", "traceback": "  File x\nbad"}
     rec.worker_failure(1, "ValueError: bad", detail=detail)
     rec.flush()
@@ -327,8 +329,7 @@ def test_a_failure_keeps_its_root_cause_with_the_rank_node(store):
     assert failure["rank"] == 1 and failure["node"] == "10.0.0.7" and failure["pid"] == 4242
     assert failure["type"] == "ValueError" and failure["traceback"].endswith("bad")
     assert json.loads(tags[f"{TAG.RANK}1"])["pid"] == 4242
-    assert rec.ranks_on_node("10.0.0.7") == [1] and rec.ranks_on_node("ab" * 4) == [1]
-    assert rec.ranks_on_node("10.0.0.8") == []
+    assert rec.ranks_on_node("10.0.0.7") == []  # its process is gone with the failure
 
 
 def test_chaos_for_a_rank_that_is_not_running_answers_with_the_running_ones(store):
@@ -352,6 +353,8 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     first.report([{"step": 5}], "/ckpt/5", t0 + 1)
     first.worker_failure(1, "boom")
     first.finish("KILLED", "STOPPED", reason="user")
+    records = json.loads(client.get_run(run_id).data.tags[TAG.FAILURES])
+    assert [r["kind"] for r in records] == ["failure"] and "steps_lost" in records[0]
     before = client.get_run(run_id).data.metrics
     second = RunRecorder(uri, run_id, flush_interval_s=3600, resume=1)
     second.set_state("RUNNING")

@@ -1,5 +1,6 @@
 """Graceful and immediate stops of real two-worker jobs."""
 
+import shutil
 import time
 
 import cloudpickle
@@ -7,6 +8,7 @@ import pytest
 import train_fns
 
 from jupyter_trainfactory import launch
+from jupyter_trainfactory.services import state_dir
 from jupyter_trainfactory.tracking import TAG
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
@@ -108,6 +110,8 @@ def test_chaos_kill_then_stop_and_resume_continue_one_run(manager, mlflow_client
         job.stop()
         assert job.wait(timeout=120) == "STOPPED"
         stopped_at = job.info().checkpoint_step
+        # as from another machine: the function comes back from the run's artifacts
+        shutil.rmtree(state_dir() / "jobs" / job.id)
         assert job.resume() in ("PENDING", "RUNNING")
         assert job.wait(timeout=240) == "SUCCEEDED"
     finally:
