@@ -798,10 +798,16 @@ class JobManager:
                         followed.add(where["pid"])
                         for suffix in ("out", "err"):
                             threading.Thread(target=pump, args=(where, suffix), daemon=True).start()
-                deadline = time.monotonic() + poll_s
+                # after the end, the last lines: until none came for a second (10 s at most)
+                ended = state in TERMINAL_STATES
+                deadline = time.monotonic() + (10.0 if ended else poll_s)
+                quiet_since = time.monotonic()
                 while time.monotonic() < deadline:
+                    if ended and time.monotonic() - quiet_since > 1.0:
+                        break
                     with contextlib.suppress(queue.Empty):
                         write(lines.get(timeout=0.1).rstrip("\n"))
+                        quiet_since = time.monotonic()
             if state in TERMINAL_STATES:
                 return state
             if rank is None:

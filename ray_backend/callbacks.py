@@ -8,10 +8,9 @@ from typing import Any
 
 from ray.train import UserCallback
 
-__all__ = ["TRACEBACK_LINES", "RecorderCallback", "failure_detail", "last_line", "root_error"]
+from ray_backend.session import TRACEBACK_LINES
 
-#: Lines of a failing rank's traceback kept for ``%train status`` and the dashboard.
-TRACEBACK_LINES = 12
+__all__ = ["RecorderCallback", "failure_detail", "last_line", "root_error"]
 
 
 def root_error(exc: BaseException) -> tuple[BaseException, str]:

@@ -158,6 +158,8 @@ class RunRecorder:
         self._failed_rank: int | None = None
         self._pending_restore: tuple[int, int, int] | None = None
         self._ranks: dict[int, dict[str, Any]] = {}  # rank -> pid, node_id, node_ip
+        self._errors: dict[int, dict[str, str]] = {}  # rank -> its exception's traceback
+        self._failure: dict[str, Any] | None = None  # the last failure's root cause
         self._rank_steps: dict[int, int] = {}
         # stalls: no step or report for stall_timeout_s (None: not watched)
         self._stall_timeout = stall_timeout_s
@@ -286,6 +288,8 @@ class RunRecorder:
     def _worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
         if "worker" in batch:
             self._set_worker(rank, batch["worker"])
+        if "error" in batch:
+            self._worker_error(rank, batch["error"])
         counters = batch.get("counters")
         points = batch.get("points", ())
         reached = max([int(p[2]) for p in points] + [int((counters or {}).get("steps", 0))])
@@ -397,6 +401,9 @@ class RunRecorder:
                     "message": error,
                     **(detail or {}),
                 }
+                if rank in self._errors:  # the worker's own traceback came first
+                    failure.update(self._errors[rank])
+                self._failure = failure
                 self._tags[TAG.FAILURE] = json.dumps(failure)[:5000]
             self._ranks.clear()  # their processes are gone; the restarted ones report anew
 
@@ -406,6 +413,7 @@ class RunRecorder:
         self._attempts.append({"start": now, "failed_at": None, "kind": "failure"})
         self._last_progress, self._progress_seen = now, False
         self._rank_steps.clear()
+        self._errors.clear()
         self._stall_restart = False
         if self._stalled is not None:
             self._stalled = None
@@ -426,6 +434,16 @@ class RunRecorder:
     def _set_worker(self, rank: int, info: dict[str, Any]) -> None:
         self._ranks[rank] = dict(info)
         self._tags[f"{TAG.RANK}{rank}"] = json.dumps(info)
+
+    def _worker_error(self, rank: int, error: dict[str, str]) -> None:
+        """A worker's exception with its traceback (Ray Train passes the controller only
+        the bare exception); it completes the failure's root cause, before or after."""
+        self._errors[rank] = error
+        failure = self._failure
+        current = failure is not None and failure["attempt"] == len(self._attempts)
+        if current and failure["rank"] == rank:
+            failure.update(error)
+            self._tags[TAG.FAILURE] = json.dumps(failure)[:5000]
 
     def _progressed(self, now: float) -> None:
         """A step or report arrived (called under the lock)."""

@@ -52,6 +52,8 @@ _log = logging.getLogger("trainfactory")
 STOP_SEEN = "trainfactory_stop_seen"
 #: How long a worker waits after that report for the driver to end the job.
 STOP_WAIT_S = 120.0
+#: Lines of a failing rank's traceback kept for ``%train status`` and the dashboard.
+TRACEBACK_LINES = 12
 
 
 def recorder_name(job_id: str) -> str:
@@ -651,6 +653,19 @@ def _device_info() -> dict[str, Any]:
     return info
 
 
+def user_traceback(exc: BaseException) -> str:
+    """The last :data:`TRACEBACK_LINES` lines of ``exc``'s traceback, without this
+    module's own frames (the user's code is what matters)."""
+    import traceback
+
+    here = __file__.removesuffix("c")  # session.py, not session.pyc
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != here]
+    lines = ["Traceback (most recent call last):"]
+    lines += "".join(traceback.format_list(frames)).rstrip("\n").splitlines()
+    lines += "".join(traceback.format_exception_only(exc)).rstrip("\n").splitlines()
+    return "\n".join(line for line in lines[-TRACEBACK_LINES:] if line.strip())
+
+
 def instrument(fn: Callable[[dict], Any], job_id: str) -> Callable[[dict], Any]:
     """Wrap ``fn`` with the job's worker-side telemetry; ``fn`` itself runs unchanged."""
 
@@ -702,6 +717,11 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
     telemetry.start()
     try:
         return fn(config)
+    except BaseException as exc:
+        # Ray Train hands the controller the bare exception, without its traceback:
+        # the recorder gets it from here for the failure's root cause
+        telemetry.set_info("error", {"type": type(exc).__name__, "traceback": user_traceback(exc)})
+        raise
     finally:
         undo()
         telemetry.close()

@@ -54,6 +54,11 @@ def test_launch_a_file_function_and_wait(services):
     status = _run("status", job_id)
     assert "SUCCEEDED" in status.stdout and "step: 3" in status.stdout
     assert "Running entrypoint" in _run("logs", job_id, "--tail", "200").stdout
+    refused = _run("resume", job_id)
+    assert refused.returncode == 2
+    assert "SUCCEEDED; only a STOPPED or FAILED job can be resumed" in refused.stderr
+    refused = _run("chaos", job_id, "--kill-worker", "0")
+    assert refused.returncode == 2 and "chaos needs a RUNNING job" in refused.stderr
 
 
 def test_help_at_every_level():

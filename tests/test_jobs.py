@@ -9,6 +9,7 @@ import pytest
 import train_fns
 
 from jupyter_trainfactory import attach, launch, list_jobs
+from jupyter_trainfactory.jobs import JobNotFound
 from jupyter_trainfactory.tracking import TAG
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
@@ -113,7 +114,23 @@ def test_training_error_fails_the_job_with_its_last_line(manager, mlflow_client,
     run = mlflow_client.get_run(job.run_id)
     assert run.info.status == "FAILED"
     assert "bad batch at step 2" in run.data.tags[TAG.ERROR]
-    assert "bad batch at step 2" in job.info().error
+    info = job.info()
+    assert "bad batch at step 2" in info.error
+    # the root cause: rank, type and the user's own traceback lines
+    assert info.failure["rank"] == 0 and info.failure["type"] == "ValueError"
+    tb = info.failure["traceback"].splitlines()
+    assert tb[0] == "Traceback (most recent call last):" and "in failing_loop" in tb[-2]
+    assert "session.py" not in info.failure["traceback"]  # our own frames are left out
+    # one rank's log, and the same followed to the job's end
+    assert "failing_loop: first report done" in job.logs(rank=0)
+    followed = []
+    assert manager.follow_logs(job.id, rank=0, write=followed.append) == "FAILED"
+    assert "failing_loop: first report done" in "\n".join(followed)
+    followed = []
+    assert manager.follow_logs(job.id, write=followed.append) == "FAILED"
+    assert "trainfactory: " in "\n".join(followed)  # the driver's log
+    with pytest.raises(JobNotFound, match="has no rank 3"):
+        job.logs(rank=3)
 
 
 def _fake_job_run(mlflow_client, job_id, **tags):

@@ -35,6 +35,12 @@ def _job_count(manager):
         ("launch train --env NOVALUE", "KEY=VALUE"),
         ("status tf-zzzz", "is not a job id"),
         ("status tf-00000000", "No job tf-00000000 is recorded"),
+        ("resume tf-00000000", "No job tf-00000000 is recorded"),
+        ("logs tf-00000000 --rank 0", "No job tf-00000000 is recorded"),
+        ("chaos tf-00000000", "one of the arguments --kill-worker --kill-node is required"),
+        ("launch train --on-stall stop", "needs a stall_timeout"),
+        ("launch train --stall-timeout 30 --on-stall restart", "set max_failures to 1"),
+        ("launch train --stall-timeout 0", "stall_timeout must be at least 1"),
     ],
 )
 def test_bad_input_is_one_usage_error_and_submits_nothing(ip, manager, line, message):

@@ -31,6 +31,7 @@ def failing_loop(config):
     """Fails on its second report."""
 
     ray.train.report({"loss": 1.0})
+    print("failing_loop: first report done", flush=True)
     raise ValueError("bad batch at step 2")
 
 
