@@ -285,10 +285,13 @@ def format_status(info) -> str:
     for r in info.fault_records:  # this submission's failures, oldest first
         when = time.strftime("%H:%M:%S", time.localtime(r.get("time", 0)))
         mttr = "not recovered yet" if r.get("mttr_s") is None else f"MTTR {r['mttr_s']:.1f} s"
+        phases = [f"detected after {r['detected'] - r['time']:.1f} s"] if r.get("detected") else []
+        if r.get("restored"):
+            phases.append(f"stepping again after {r['restored'] - r['time']:.1f} s")
         lines.append(
             f"{'fault':>10}: {when} {r.get('kind', 'failure')} at step {r.get('step_reached')},"
             f" restored from step {r.get('restored_step')} ({r.get('steps_lost')} steps lost),"
-            f" {mttr}"
+            f" {', '.join([*phases, mttr])}"
         )
     failure = info.failure_lines()
     if failure:

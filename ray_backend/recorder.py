@@ -159,6 +159,7 @@ class RunRecorder:
         self._pending_restore: tuple[int, int, int] | None = None
         self._ranks: dict[int, dict[str, Any]] = {}  # rank -> pid, node_id, node_ip
         self._errors: dict[int, dict[str, str]] = {}  # rank -> its exception's traceback
+        self._rank_seen: dict[int, float] = {}  # rank -> its telemetry's last batch
         self._failure: dict[str, Any] | None = None  # the last failure's root cause
         self._rank_steps: dict[int, int] = {}
         # stalls: no step or report for stall_timeout_s (None: not watched)
@@ -286,6 +287,7 @@ class RunRecorder:
             return {"stop": self._stop is not None}
 
     def _worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
+        self._rank_seen[rank] = time.time()
         if "worker" in batch:
             self._set_worker(rank, batch["worker"])
         if "error" in batch:
@@ -373,6 +375,9 @@ class RunRecorder:
         ``traceback``: see ``ray_backend.callbacks.failure_detail``) becomes the run's
         ``trainfactory.failure`` tag with the rank's node and pid: the root cause that
         ``%train status`` and the dashboard show.
+
+        The failure's time is the failing rank's last sign of life (its telemetry sends
+        at least every 2 s), the detection time is now (Ray Train's health check).
         """
         now = time.time()
         with self._lock:
@@ -382,7 +387,9 @@ class RunRecorder:
             if self._attempts and self._attempts[-1]["failed_at"] is None:
                 if self._stall_restart:  # we killed it: the cause is the stall
                     detail = {**(detail or {}), "cause": self._stalled_text()}
-                self._attempts[-1].update(failed_at=now, kind=kind)
+                attempt = self._attempts[-1]
+                failed = max(attempt["start"], min(now, self._rank_seen.get(rank, now)))
+                attempt.update(failed_at=failed, detected_at=now, kind=kind)
                 self._faults += 1
                 ts = int(now * 1000)
                 self._push(self._user, "faults/count", self._faults, ts, self._faults)
@@ -395,7 +402,8 @@ class RunRecorder:
                     "node": where.get("node_ip", ""),
                     "node_id": where.get("node_id", ""),
                     "pid": where.get("pid"),
-                    "time": round(now, 3),
+                    "time": round(failed, 3),
+                    "detected": round(now, 3),
                     "attempt": len(self._attempts),
                     "kind": kind,
                     "message": error,
@@ -414,6 +422,7 @@ class RunRecorder:
         self._last_progress, self._progress_seen = now, False
         self._rank_steps.clear()
         self._errors.clear()
+        self._rank_seen.clear()
         self._stall_restart = False
         if self._stalled is not None:
             self._stalled = None
@@ -729,7 +738,10 @@ class RunRecorder:
         """The job's :class:`~jupyter_trainfactory.telemetry.goodput.Goodput` so far."""
         now = now or time.time()
         with self._lock:
-            attempts = [Attempt(a["start"], a["failed_at"], a["kind"]) for a in self._attempts]
+            attempts = [
+                Attempt(a["start"], a["failed_at"], a["kind"], a.get("detected_at"))
+                for a in self._attempts
+            ]
             progress, saves = list(self._progress), list(self._saves)
         return account(
             min(self._submitted, now), now, attempts, progress, saves, resumed=self._resume > 0

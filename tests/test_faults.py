@@ -1,5 +1,7 @@
 """Worker failures of real two-worker jobs: recovery from the last checkpoint, accounting."""
 
+import json
+
 import cloudpickle
 import pytest
 import train_fns
@@ -53,6 +55,17 @@ def test_a_worker_failure_is_recovered_from_the_last_checkpoint(manager, mlflow_
     assert m["faults/mttr_s"] > 0
     resumed = [(p.step, p.value) for p in _history(mlflow_client, job.run_id, "resumed_at")]
     assert resumed == [(1, 0.0), (21, 20.0)]
+    # the failure's record: rank 0 may step on alone until the next checkpoint's barrier
+    (record,) = json.loads(tags[TAG.FAILURES])
+    assert record["restored_step"] == 20 and 30 <= record["step_reached"] < 40
+    assert record["steps_lost"] == record["step_reached"] - 20
+    assert record["time"] <= record["detected"] <= record["restored"]
+    assert record["restored"] - record["time"] <= record["mttr_s"]
+    assert record["mttr_s"] == pytest.approx(m["faults/mttr_s"])
+    # wasted progress: from the checkpoint of step 20 to the failure
+    (saved,) = [p for p in _history(mlflow_client, job.run_id, "checkpoint/step") if p.step == 20]
+    expected = record["time"] - saved.timestamp / 1000
+    assert m["badput/wasted_progress_s"] == pytest.approx(expected, abs=1.0)
 
 
 @pytest.mark.timeout(300)

@@ -299,3 +299,13 @@ def test_a_pathological_timeline_fits_an_mlflow_tag():
     assert all(a[1] == b[0] and a[2] != b[2] for a, b in zip(segments, segments[1:], strict=False))
     assert len(timeline["failures"]) == 30  # the latest
     assert timeline["failures"][-1] == [round(acc.failures[-1].time - t0, 1), "preemption"]
+
+
+def test_a_failure_record_has_its_detection_and_restore_times():
+    steps = _steps(1, 21, 10) + _steps(11, 33, 5) + _steps(11, 56, 10)
+    attempts = [Attempt(10.0, failed_at=37.5, detected_at=39.0), Attempt(45.0)]
+    (failure,) = account(0.0, 70.0, attempts, steps, [CheckpointSave(30.0, 32.0, 10)]).failures
+    assert failure.time == 37.5 and failure.detected == 39.0
+    assert failure.restored == pytest.approx(55.0)  # the first step after it starts at 55
+    (undetected,) = account(0.0, 40.0, [Attempt(10.0, failed_at=37.5)], steps[:15]).failures
+    assert undetected.detected == 37.5 and undetected.restored is None

@@ -107,19 +107,27 @@ class Attempt:
     """One start of the job's workers (the first, or a restart after a failure).
 
     ``failed_at`` is when the attempt failed (None: it did not fail; it ran to the job's
-    end); ``kind`` is ``"failure"`` or ``"preemption"``.
+    end); ``kind`` is ``"failure"`` or ``"preemption"``; ``detected_at`` is when the
+    failure was detected (Ray Train's health check; None: at ``failed_at``).
     """
 
     start: float
     failed_at: float | None = None
     kind: str = "failure"
+    detected_at: float | None = None
 
 
 @dataclass(frozen=True)
 class FailureRecord:
-    """One failure: when it happened, the step reached before it, the step training
-    resumed from, and MTTR: failure to the first step past ``step_reached`` (None while
-    training has not got there again)."""
+    """One failure (times in s since the epoch, durations in s).
+
+    ``time``: when it happened; ``detected``: when it was detected; ``restored``: when
+    training stepped again (the restore done; None until then); ``step_reached``: the
+    step reached before it; ``restored_step``: the checkpoint's step training resumed
+    from; ``steps_lost``: their difference; ``mttr_s``: mean time to recovery, from the
+    failure to the first step past ``step_reached`` (None while training has not got
+    there again).
+    """
 
     time: float
     kind: str
@@ -127,6 +135,8 @@ class FailureRecord:
     restored_step: int | None
     steps_lost: int | None
     mttr_s: float | None
+    detected: float | None = None
+    restored: float | None = None
 
 
 @dataclass(frozen=True)
@@ -457,12 +467,15 @@ def account(
         if failed is not None:
             recovery = "preemption" if attempt.kind == "preemption" else "infrastructure_recovery"
             _add(segments, failed, end, recovery)
-            failures.append(_failure_record(failed, attempt.kind, mine, steps, saves))
+            failures.append(
+                _failure_record(failed, attempt.detected_at, attempt.kind, mine, steps, saves)
+            )
     return _tally(submitted, ended, segments, failures)
 
 
 def _failure_record(
     failed: float,
+    detected: float | None,
     kind: str,
     mine: list[Step],
     steps: list[Step],
@@ -472,6 +485,7 @@ def _failure_record(
     before = [c for c in saves if c.end <= failed]
     restored = before[-1].step if before else 0
     past = next((s for s in steps if s.end > failed and s.step > reached), None)
+    again = next((s for s in steps if s.start > failed), None)
     return FailureRecord(
         time=failed,
         kind=kind,
@@ -479,4 +493,6 @@ def _failure_record(
         restored_step=restored,
         steps_lost=reached - restored,
         mttr_s=(past.end - failed) if past is not None else None,
+        detected=failed if detected is None else detected,
+        restored=again.start if again is not None else None,
     )
