@@ -361,9 +361,16 @@ class JobDashboard(widgets.VBox):
         if not tag:
             return ""
         try:
-            return timeline_html(json.loads(tag))
+            bar = timeline_html(json.loads(tag))
         except (ValueError, RecursionError):
             return ""
+        resumes = self.model.tags.get(TAG.RESUMES)
+        if bar and resumes:  # the ETTR above counts every submission; the bar the latest
+            bar += (
+                f'<div style="font-size:11px;color:#57606a">timeline of the latest submission'
+                f" (resume {html.escape(resumes)}); the goodput figures above count all</div>"
+            )
+        return bar
 
     def _warnings(self) -> list[str]:
         tags = self.model.tags
