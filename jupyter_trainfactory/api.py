@@ -48,6 +48,9 @@ def launch(
     flops_per_token: float | None = None,
     stall_timeout: float | None = None,
     on_stall: str = "warn",
+    budget: float | None = None,
+    price_catalog: str | None = None,
+    spot: bool = False,
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
@@ -55,7 +58,9 @@ def launch(
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
     ``job.dashboard()``). ``peak_tflops`` (per accelerator) and ``flops_per_token``
     override what MFU is computed from; ``stall_timeout`` (s) and ``on_stall``
-    (``warn``, ``restart`` or ``stop``) set stall detection (see :class:`~.spec.JobSpec`).
+    (``warn``, ``restart`` or ``stop``) set stall detection; ``budget`` (an amount in
+    the ``price_catalog``'s currency) stops the job before it spends more; ``spot``
+    prices preemptible capacity (see :class:`~.spec.JobSpec`).
 
     Raises
     ------
@@ -92,6 +97,9 @@ def launch(
         flops_per_token=flops_per_token,
         stall_timeout=stall_timeout,
         on_stall=on_stall,
+        budget=budget,
+        price_catalog=price_catalog,
+        spot=spot,
     )
     return get_manager(address, tracking_uri, storage).submit(fn, spec)
 

@@ -123,6 +123,16 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         default="warn",
         help="on a stall: warn (default), restart from the checkpoint, or stop",
     )
+    launch.add_argument(
+        "--budget",
+        type=float,
+        metavar="AMOUNT",
+        help="stop gracefully before the cost passes this (price catalog's currency)",
+    )
+    launch.add_argument(
+        "--price-catalog", metavar="PATH", help="TOML prices (default: the example prices)"
+    )
+    launch.add_argument("--spot", action="store_true", help="workers on spot capacity")
     launch.add_argument("--wait", action="store_true", help="block until the job ends")
     _add_target(launch)
 
@@ -258,6 +268,9 @@ def spec_from_args(
         flops_per_token=ns.flops_per_token,
         stall_timeout=ns.stall_timeout,
         on_stall=ns.on_stall,
+        budget=ns.budget,
+        price_catalog=ns.price_catalog or defaults.get("price_catalog"),
+        spot=ns.spot,
     )
 
 

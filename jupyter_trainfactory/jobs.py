@@ -7,6 +7,7 @@ outlives a local Ray head), the live state from the Ray Jobs API.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -384,6 +385,7 @@ class JobManager:
             "config": spec.config,
             "tracking_uri": self.tracking_uri,
             "storage_path": storage,
+            "price_catalog": dataclasses.asdict(spec.catalog()),
         }
         tags = {
             TAG.JOB_ID: job_id,

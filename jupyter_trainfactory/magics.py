@@ -58,6 +58,9 @@ class TrainMagics(Magics, Configurable):
     )
     storage = Unicode("", help="Ray Train storage path; empty: the local default.").tag(config=True)
     experiment = Unicode("trainfactory", help="Default MLflow experiment.").tag(config=True)
+    price_catalog = Unicode(
+        "", help="TOML price catalog; empty: prices.toml in the state directory, else examples."
+    ).tag(config=True)
     dashboard_interval = Float(2.0, help="Seconds between dashboard polls.").tag(config=True)
 
     def __init__(self, shell=None, **kwargs):
@@ -74,6 +77,7 @@ class TrainMagics(Magics, Configurable):
             "tracking_uri": self.tracking_uri or None,
             "storage": self.storage or None,
             "experiment": self.experiment,
+            "price_catalog": self.price_catalog or None,
         }
 
     def _manager(self, ns):

@@ -118,6 +118,15 @@ class JobSpec:
         ``"restart"`` (the stalled workers are killed and Ray Train restarts them from
         the latest checkpoint; needs ``max_failures`` other than 0) or ``"stop"`` (the
         job is stopped, reason ``stall``).
+    budget : float or None
+        Money the job may spend, in the price catalog's currency: when the cost at the
+        checkpoint after the next would pass it, the job stops gracefully (reason
+        ``budget``); the dashboard warns at 80 %.
+    price_catalog : str or None
+        TOML price catalog (``telemetry.cost.PriceCatalog.load``); None: ``prices.toml``
+        in the state directory if there is one, else the shipped example prices.
+    spot : bool
+        The workers run on preemptible (spot) capacity: spot prices apply.
     """
 
     function_name: str
@@ -142,6 +151,9 @@ class JobSpec:
     flops_per_token: float | None = None
     stall_timeout: float | None = None
     on_stall: str = "warn"
+    budget: float | None = None
+    price_catalog: str | None = None
+    spot: bool = False
     owner: str = field(default_factory=current_owner)
 
     def __post_init__(self) -> None:
@@ -202,11 +214,36 @@ class JobSpec:
             raise SpecError(f"on_stall takes {', '.join(ON_STALL)}, got {self.on_stall!r}.")
         if self.on_stall != "warn" and self.stall_timeout is None:
             raise SpecError(f"on_stall={self.on_stall!r} needs a stall_timeout in seconds.")
+        if self.budget is not None:
+            number = isinstance(self.budget, (int, float)) and not isinstance(self.budget, bool)
+            if not number or not math.isfinite(self.budget) or self.budget <= 0:
+                raise SpecError(f"budget must be a positive amount, got {self.budget!r}.")
+            self.budget = float(self.budget)
+        if self.price_catalog:
+            self.price_catalog = str(Path(self.price_catalog).expanduser().resolve())
+            self.catalog()  # a bad file is refused now, before anything is submitted
         if self.on_stall == "restart" and self.max_failures == 0:
             raise SpecError(
                 "on_stall='restart' restarts the workers, which uses the failure budget;"
                 " set max_failures to 1 or more (or -1)."
             )
+
+    def catalog(self):
+        """The :class:`~.telemetry.cost.PriceCatalog` this job is metered with.
+
+        Raises SpecError (one sentence) for a missing or invalid catalog file."""
+        from .services import state_dir
+        from .telemetry.cost import EXAMPLE_CATALOG, PriceCatalog
+
+        path = self.price_catalog or state_dir() / "prices.toml"
+        if not self.price_catalog and not Path(path).is_file():
+            return EXAMPLE_CATALOG
+        try:
+            return PriceCatalog.load(path)
+        except FileNotFoundError:
+            raise SpecError(f"No price catalog at {path}.") from None
+        except ValueError as exc:
+            raise SpecError(f"Bad price catalog: {exc}") from None
 
     def runtime_env_extras(self) -> dict[str, Any]:
         """The user's part of the Ray runtime environment."""
@@ -236,6 +273,10 @@ class JobSpec:
             params["peak_tflops"] = f"{self.peak_tflops:g}"
         if self.flops_per_token:
             params["flops_per_token"] = f"{self.flops_per_token:g}"
+        if self.budget:
+            params["budget"] = f"{self.budget:g}"
+        if self.spot:
+            params["spot"] = "true"
         if self.stall_timeout:
             params["stall_timeout"] = f"{self.stall_timeout:g}"
             params["on_stall"] = self.on_stall

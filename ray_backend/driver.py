@@ -112,6 +112,25 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
     )
 
 
+def _cost_meter(meta: dict[str, Any]):
+    """The job's CostMeter, from the price catalog shipped with it (None: none shipped)."""
+    from jupyter_trainfactory.telemetry.cost import PriceCatalog
+    from ray_backend.costs import CostMeter
+
+    if not meta.get("price_catalog"):
+        return None
+    spec = meta["spec"]
+    return CostMeter(
+        PriceCatalog.from_dict(meta["price_catalog"]),
+        workers=spec["workers"],
+        gpus_per_worker=float(spec["gpus_per_worker"]),
+        cpus_per_worker=float(spec["cpus_per_worker"]),
+        keep_checkpoints=spec.get("keep_checkpoints", 2),
+        spot=bool(spec.get("spot")),
+        budget=spec.get("budget"),
+    )
+
+
 class _GracefulStop(Exception):
     """A requested stop is due (a checkpoint came after it, or its grace period ended)."""
 
@@ -176,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             stall_timeout_s=meta["spec"].get("stall_timeout"),
             on_stall=meta["spec"].get("on_stall", "warn"),
             resume=int(meta.get("resume", 0)),
+            cost=_cost_meter(meta),
         )
     )
     ray.get(recorder.ping.remote())

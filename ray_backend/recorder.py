@@ -24,6 +24,7 @@ from jupyter_trainfactory.telemetry.goodput import (
 from jupyter_trainfactory.telemetry.keys import KeyMapper, to_float
 from jupyter_trainfactory.telemetry.stats import EnergyMeter, JobThroughput, StepCounters, summarize
 from jupyter_trainfactory.tracking import TAG, client
+from ray_backend.costs import CostMeter
 from ray_backend.session import STOP_SEEN
 
 __all__ = ["MAX_BATCH_METRICS", "RESERVED_KEYS", "RunRecorder"]
@@ -109,6 +110,7 @@ class RunRecorder:
         stall_timeout_s: float | None = None,
         on_stall: str = "warn",
         resume: int = 0,
+        cost: CostMeter | None = None,
     ):
         # Our own retry loop replaces the MLflow client's (7 retries, minutes of backoff):
         # a request fails fast and its points go back to the queue.
@@ -174,6 +176,7 @@ class RunRecorder:
         self._tags[TAG.STALL_TIMEOUT] = f"{stall_timeout_s:g}" if stall_timeout_s else "off"
         # control requests through the run's tags (stop, chaos)
         self._chaos_done: set[str] = set()
+        self._budget_stop: float | None = None
         # a resume continues the run: what earlier submissions wrote
         self._resume = resume
         self._before: dict[str, float] = {}
@@ -191,6 +194,7 @@ class RunRecorder:
         self._interval = flush_interval_s
         self._inflight = 0
         self._wake = threading.Event()  # set by finish(): the loops end without a last sleep
+        self._cost = cost
         if resume:
             self._load_previous()
         self._flusher = threading.Thread(target=self._flush_loop, name="run-recorder", daemon=True)
@@ -419,6 +423,8 @@ class RunRecorder:
         if self._attempts and self._attempts[-1]["failed_at"] is None:
             return  # the same attempt (rank 0 said RUNNING again)
         self._attempts.append({"start": now, "failed_at": None, "kind": "failure"})
+        if self._cost is not None:
+            self._cost.started(now)
         self._last_progress, self._progress_seen = now, False
         self._rank_steps.clear()
         self._errors.clear()
@@ -660,7 +666,9 @@ class RunRecorder:
         tags = run.data.tags
         latest = {m.key: m for m in run.data.to_proto().metrics}
         for key, m in latest.items():
-            if not key.startswith(("system/", "goodput/", "badput/", "faults/", "energy/")):
+            if not key.startswith(
+                ("system/", "goodput/", "badput/", "faults/", "energy/", "cost/")
+            ):
                 self._last_step[key] = int(m.step)
         self._before = {
             k: m.value
@@ -668,11 +676,13 @@ class RunRecorder:
             if k.startswith(("goodput/", "badput/")) or k == "energy/gpu_kwh"
         }
         self._before.update({k: latest[k].value for k in ("faults/mttr_s",) if k in latest})
+        if self._cost is not None:
+            self._cost.add_before({k: m.value for k, m in latest.items() if k.startswith("cost/")})
         self._tick_offset = max(
             [
                 int(m.step)
                 for k, m in latest.items()
-                if k.startswith(("system/", "goodput/", "energy/"))
+                if k.startswith(("system/", "goodput/", "energy/", "cost/"))
             ]
             + [0]
         )
@@ -691,6 +701,16 @@ class RunRecorder:
             int(latest["checkpoint/save_s"].step) if "checkpoint/save_s" in latest else 0
         )
         self._tags.update({TAG.RESUMES: str(self._resume), TAG.STALL: ""})
+
+    def _costs(self, acc, now: float) -> dict[str, float]:
+        """The job's ``cost/*`` metrics now (called under the lock); asks for a graceful
+        stop (reason ``budget``) when the budget would be passed."""
+        cost = self._cost.cost(acc.segments, now)
+        metrics = self._cost.metrics(cost)
+        self._tags.update(self._cost.tags(cost))
+        if self._stop is None and self._cost.over_budget(metrics["cost/usd"], cost.rate_per_h, now):
+            self._budget_stop = metrics["cost/usd"]
+        return metrics
 
     def _with_previous(self, values: dict[str, float]) -> dict[str, float]:
         """This submission's goodput metrics plus those of earlier submissions."""
@@ -775,6 +795,8 @@ class RunRecorder:
             if error:
                 self._tags[TAG.ERROR] = error[:4000]
             self._closed = True
+            if self._cost is not None:
+                self._cost.released(time.time())
         self._wake.set()
         deadline = time.monotonic() + timeout_s
         self._flusher.join(timeout=timeout_s)  # a flush in flight holds points: let it end
@@ -830,6 +852,8 @@ class RunRecorder:
         name = info.get("device_name")
         if name:
             self._tags["trainfactory.device_name"] = name
+            if self._cost is not None:
+                self._cost.device(name)
             if self._user_peak is None:  # --peak-tflops wins over the table
                 peak = lookup_peak(name, "bf16") or lookup_peak(name, "fp16")
                 self._throughput.peak_flops = peak
@@ -855,6 +879,8 @@ class RunRecorder:
         self._checkpoints += 1
         n, ts = self._checkpoints, ckpt.get("time", time.time())
         self._saves.append(CheckpointSave(ts - ckpt["save_s"], ts, self._global_step))
+        if self._cost is not None:
+            self._cost.checkpoint(ts, ckpt.get("bytes"))
         self._add_user("checkpoint/save_s", ckpt["save_s"], n, ts)
         if ckpt.get("bytes") is not None:
             self._add_user("checkpoint/bytes", ckpt["bytes"], n, ts)
@@ -886,6 +912,8 @@ class RunRecorder:
             with self._lock:
                 values = self._with_previous({**acc.metrics(), "goodput/wall_s": acc.wall_s})
                 self._tags[TIMELINE_TAG] = json.dumps(acc.timeline())
+                if self._cost is not None:
+                    values.update(self._costs(acc, now))
                 if acc.failures:  # per failure: time, kind, steps reached/restored/lost, MTTR
                     records = [dataclasses.asdict(f) for f in acc.failures[-20:]]
                     self._tags[TAG.FAILURES] = json.dumps(records)[:5000]
@@ -895,6 +923,14 @@ class RunRecorder:
         action = self._check_stall(now)
         if action:
             self._act_on_stall(action)
+        if self._budget_stop is not None:
+            spent, self._budget_stop = self._budget_stop, None
+            print(
+                f"trainfactory: budget {self._cost.budget:g} {self._cost.catalog.currency}"
+                f" would be passed before the checkpoint after the next ({spent:.2f} spent)",
+                flush=True,
+            )
+            self.request_stop("budget", grace_s=300.0)
         with self._lock:
             if len(self._keys.renamed) != self._renamed_written:
                 self._renamed_written = len(self._keys.renamed)

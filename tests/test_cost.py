@@ -126,3 +126,40 @@ def test_catalogs_from_toml_and_bad_ones(tmp_path):
         path.write_text(text)
         with pytest.raises(ValueError, match=message):
             PriceCatalog.load(path)
+
+
+def test_the_job_meter_holds_from_the_first_start_keeps_the_newest_checkpoints():
+    from ray_backend.costs import CostMeter
+
+    job = CostMeter(CATALOG, workers=2, gpus_per_worker=4, cpus_per_worker=8, keep_checkpoints=2)
+    acc = _one_failure()
+    job.device("NVIDIA H100 80GB HBM3")
+    job.started(10.0)
+    job.started(45.0)  # a restart does not release the cluster's GPUs
+    for when, size in ((20.0, 1e12), (30.0, 1e12), (40.0, 2e12)):
+        job.checkpoint(when, size)
+    cost = job.cost(acc.segments, 70.0)
+    assert cost.compute == pytest.approx(0.48)
+    # kept bytes: 1 TB from 20, 2 TB from 30, 3 TB (the newest two) from 40 to 70
+    assert cost.storage == pytest.approx((1000 * 10 + 2000 * 10 + 3000 * 30) * 0.001 / 3600)
+    job.released(70.0)
+    assert job.cost(acc.segments, 100.0).compute == pytest.approx(0.48)  # nothing after
+    job.add_before({"cost/usd": 1.0, "cost/rate_per_h": 99.0})
+    m = job.metrics(cost)
+    assert m["cost/usd"] == pytest.approx(1.0 + cost.total) and m["cost/rate_per_h"] == 28.8
+
+
+def test_a_budget_stops_before_the_checkpoint_that_would_pass_it():
+    from ray_backend.costs import CostMeter
+
+    job = CostMeter(CATALOG, 1, 1, 1, budget=1.0)
+    job.started(0.0)
+    job.checkpoint(100.0, None)
+    job.checkpoint(200.0, None)  # one checkpoint every 100 s
+    # at 250 s with $0.50 spent at $3.60/h: the checkpoint after the next (400 s) and the
+    # stop (10 s) cost 0.5 + 160 s x $0.001 = $0.66: fine; from $0.90 it is $1.06: stop
+    assert not job.over_budget(0.50, 3.60, 250.0)
+    assert not job.over_budget(0.84, 3.60, 250.0)
+    assert job.over_budget(0.85, 3.60, 250.0)
+    assert not job.over_budget(0.95, 3.60, 251.0)  # asked once
+    assert not CostMeter(CATALOG, 1, 1, 1).over_budget(10**6, 3.60, 0.0)  # no budget

@@ -307,3 +307,19 @@ def test_a_stall_timeout_is_suggested_only_when_none_was_set(run):
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
     assert "--stall-timeout" not in board._header.value
     board.close()
+
+
+def test_cost_and_a_budget_warning_in_the_header(run):
+    uri, client, run_id = run
+    values = {"cost/usd": 12.5, "cost/rate_per_h": 28.8, "cost/wasted_usd": 1.25}
+    values["cost/budget_fraction"] = 0.85
+    client.log_batch(run_id, metrics=[Metric(k, v, 1000, 1) for k, v in values.items()])
+    client.set_tag(run_id, "trainfactory.cost.currency", "EUR")
+    client.set_tag(run_id, "trainfactory.cost.budget", "15")
+    client.set_tag(run_id, "trainfactory.cost.catalog", "example-2026-11 (example prices)")
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    header = board._header.value
+    assert "cost</b> 12.50 EUR · 28.80 EUR/h · wasted 1.25 EUR of a 15 EUR budget" in header
+    assert "(example prices)" in header
+    assert "budget</b>: 85 % spent" in header
+    board.close()

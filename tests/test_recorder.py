@@ -374,3 +374,25 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     assert run.data.tags[TAG.RESUMES] == "1"
     wall = [p for p in client.get_metric_history(run_id, "goodput/wall_s")]
     assert max(wall, key=lambda p: p.step).value == m["goodput/wall_s"]  # latest = newest
+
+
+def test_cost_is_metered_live_and_a_budget_asks_for_a_stop(store):
+    from jupyter_trainfactory.telemetry.cost import EXAMPLE_CATALOG
+    from ray_backend.costs import CostMeter
+
+    uri, client, run_id = store
+    meter = CostMeter(EXAMPLE_CATALOG, workers=2, gpus_per_worker=1, cpus_per_worker=4, budget=1)
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600, cost=meter)
+    rec.set_state("RUNNING")
+    rec.worker_batch(0, {"device": {"device_name": "NVIDIA H200"}})
+    t = time.time()
+    rec._derive(t + 3600)  # an hour of 2 H200 at the example price, $4.00/h each
+    rec.flush()
+    run = client.get_run(run_id)
+    m, tags = run.data.metrics, run.data.tags
+    assert m["cost/usd"] == pytest.approx(8.0, rel=1e-3)
+    assert m["cost/accelerator_hours"] == pytest.approx(2.0, rel=1e-3)
+    assert m["cost/rate_per_h"] == 8.0 and m["cost/budget_fraction"] > 1
+    assert tags["trainfactory.cost.currency"] == "USD"
+    assert tags["trainfactory.cost.catalog"].endswith("(example prices, not a quote)")
+    assert rec.stop_status()["reason"] == "budget"

@@ -130,3 +130,29 @@ def test_chaos_kill_then_stop_and_resume_continue_one_run(manager, mlflow_client
     assert m["goodput/wall_s"] > 0 and 0 < m["goodput/ettr"] < 1
     params = mlflow_client.get_run(job.run_id).data.params
     assert params["max_failures"] == "1"  # logged once, not again by the resume
+
+
+@pytest.mark.timeout(300)
+def test_a_budget_stops_the_job_gracefully_at_a_checkpoint(manager, mlflow_client, tmp_path):
+    prices = tmp_path / "prices.toml"  # $36 per vCPU-hour: 2 workers spend 2 cents a second
+    prices.write_text('version = "test-budget"\ncpu_vcpu_hour = 36.0\n')
+    job = launch(
+        train_fns.stoppable_loop,
+        workers=2,
+        config={"every": 20},  # a checkpoint about every second
+        budget=0.40,
+        price_catalog=str(prices),
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=240) == "STOPPED"
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    m, tags = run.data.metrics, run.data.tags
+    assert run.info.status == "KILLED" and tags[TAG.REASON] == "budget"
+    assert 0.1 < m["cost/usd"] <= 0.40  # stopped before passing it
+    assert tags["trainfactory.cost.catalog"] == "test-budget"
+    logs = job.logs()
+    assert "stop requested (budget)" in logs
+    assert "checkpoint saved, training ends" in logs  # a final checkpoint after the request

@@ -15,6 +15,7 @@ import threading
 
 import ipywidgets as widgets
 
+from ..telemetry.cost import BUDGET_WARN_FRACTION
 from ..telemetry.goodput import CATEGORY_CODES, TIMELINE_TAG
 from ..tracking import TAG
 from .model import DEFAULT_ROLLOVER, DashboardModel, RunSource, Snapshot
@@ -353,7 +354,26 @@ class JobDashboard(widgets.VBox):
             cells.append(text)
         if v("energy/gpu_kwh") is not None:
             cells.append(f"<b>GPU energy</b> {v('energy/gpu_kwh'):.3g} kWh")
+        if v("cost/usd") is not None:
+            cells.append(self._cost_cell())
         return cells
+
+    def _cost_cell(self) -> str:
+        """Cost so far, burn rate and the wasted part, in the catalog's currency."""
+        v, tags = self.model.latest.get, self.model.tags
+        cur = html.escape(tags.get("trainfactory.cost.currency", "USD"))
+        catalog = html.escape(tags.get("trainfactory.cost.catalog", ""))
+        text = (
+            f'<b title="price catalog: {catalog}">cost</b> {v("cost/usd"):,.2f} {cur}'
+            f" · {v('cost/rate_per_h') or 0:,.2f} {cur}/h"
+        )
+        if v("cost/wasted_usd"):
+            text += f" · wasted {v('cost/wasted_usd'):,.2f} {cur}"
+        if tags.get("trainfactory.cost.budget"):
+            text += f" of a {html.escape(tags['trainfactory.cost.budget'])} {cur} budget"
+        if "example" in catalog:
+            text += " (example prices)"
+        return text
 
     def _timeline_html(self) -> str:
         """The goodput timeline of the run's ``TIMELINE_TAG`` ("" when absent or not valid)."""
@@ -396,6 +416,9 @@ class JobDashboard(widgets.VBox):
                 "no stall detection; from the step times seen,"
                 f" <code>--stall-timeout {info.stall_suggested_s:.0f}</code> would suit this job"
             )
+        share = self.model.latest.get("cost/budget_fraction")
+        if share is not None and share >= BUDGET_WARN_FRACTION and not self.model.finished:
+            out.append(f"<b>budget</b>: {100 * share:.0f} % spent; the job stops before passing it")
         outage = tags.get("trainfactory.tracking.last_outage")
         if outage and self.model.info is not None and not self.model.finished:
             out.append(html.escape(outage))

@@ -28,6 +28,7 @@ from typing import Any
 from .goodput import Segment
 
 __all__ = [
+    "BUDGET_WARN_FRACTION",
     "EXAMPLE_CATALOG",
     "HOURS_PER_MONTH",
     "AcceleratorPrice",
@@ -40,6 +41,8 @@ __all__ = [
     "projected_cost",
 ]
 
+#: The dashboard warns when a job has spent this share of its budget.
+BUDGET_WARN_FRACTION = 0.8
 #: Hours in a billing month (24 x 365 / 12), as AWS and Google Cloud price storage.
 HOURS_PER_MONTH = 730.0
 _GB = 1e9

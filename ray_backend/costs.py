@@ -1,0 +1,138 @@
+"""The running cost of one job (inside its RunRecorder): what it holds, keeps and may spend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from jupyter_trainfactory.telemetry.cost import (
+    Allocation,
+    Cost,
+    PriceCatalog,
+    StorageSample,
+    meter,
+)
+from jupyter_trainfactory.telemetry.goodput import Segment
+
+__all__ = ["STOP_ALLOWANCE_S", "CostMeter"]
+
+#: Seconds a graceful stop takes after its checkpoint (the driver ends the job, the
+#: recorder writes the last points), while the resources are still held and billed.
+STOP_ALLOWANCE_S = 10.0
+
+
+class CostMeter:
+    """Meters a job from its first worker start to its end (see ``telemetry.cost``).
+
+    The job holds ``workers x gpus_per_worker`` accelerators (or, for CPU workers,
+    ``workers x cpus_per_worker`` vCPUs) from the first attempt's start until it ends,
+    recoveries included: that is what a cluster bills. Checkpoint storage is the size of
+    the ``keep_checkpoints`` newest checkpoints over time. ``before`` holds an earlier
+    submission's ``cost/*`` metrics (a resume), added to this one's.
+
+    Budget: with ``budget`` set, :meth:`over_budget` turns True, once, when the cost
+    projected at the checkpoint after the next one, plus :data:`STOP_ALLOWANCE_S`, would
+    exceed it (the interval between the last two checkpoints is the guess, or a minute
+    without them), so a graceful stop requested then ends at the next checkpoint, within
+    the budget.
+    """
+
+    def __init__(
+        self,
+        catalog: PriceCatalog,
+        workers: int,
+        gpus_per_worker: float,
+        cpus_per_worker: float,
+        keep_checkpoints: int = 2,
+        spot: bool = False,
+        budget: float | None = None,
+        before: dict[str, float] | None = None,
+    ):
+        self.catalog = catalog
+        self._workers = workers
+        self._gpus = gpus_per_worker
+        self._cpus = cpus_per_worker
+        self._keep = keep_checkpoints
+        self._spot = spot
+        self.budget = budget
+        self._before = dict(before or {})
+        self._device = ""
+        self._held: tuple[float, float | None] | None = None
+        self._sizes: list[float] = []
+        self._saved_at: list[float] = []
+        self._storage: list[StorageSample] = []
+        self._budget_hit = False
+
+    def add_before(self, metrics: dict[str, float]) -> None:
+        """``cost/*`` metrics of earlier submissions of the job (a resume)."""
+        self._before.update(metrics)
+
+    def started(self, now: float) -> None:
+        """The workers hold their resources from ``now`` (the first call counts)."""
+        if self._held is None:
+            self._held = (now, None)
+
+    def released(self, now: float) -> None:
+        if self._held is not None and self._held[1] is None:
+            self._held = (self._held[0], now)
+
+    def device(self, name: str) -> None:
+        """The accelerator type the workers report (``torch.cuda.get_device_name``)."""
+        self._device = name
+
+    def checkpoint(self, when: float, nbytes: float | None) -> None:
+        """A checkpoint of ``nbytes`` was saved at ``when``; storage keeps the newest."""
+        self._saved_at.append(when)
+        if nbytes is None:
+            return
+        self._sizes.append(nbytes)
+        self._storage.append(StorageSample(when, sum(self._sizes[-self._keep :])))
+
+    def allocation(self) -> list[Allocation]:
+        if self._held is None:
+            return []
+        start, end = self._held
+        if self._gpus > 0:
+            return [
+                Allocation(start, end, self._workers * self._gpus, self._device, spot=self._spot)
+            ]
+        return [Allocation(start, end, vcpus=self._workers * self._cpus, spot=self._spot)]
+
+    def cost(self, segments: Sequence[Segment], now: float) -> Cost:
+        return meter(segments, self.allocation(), self.catalog, now, self._storage)
+
+    def metrics(self, cost: Cost) -> dict[str, float]:
+        """``Cost.metrics()`` plus what earlier submissions spent, and the budget share."""
+        out = cost.metrics()
+        for key, value in self._before.items():
+            if key != "cost/rate_per_h" and key != "cost/budget_fraction":
+                out[key] = out.get(key, 0.0) + value
+        if self.budget:
+            out["cost/budget_fraction"] = out["cost/usd"] / self.budget
+        return out
+
+    def tags(self, cost: Cost) -> dict[str, Any]:
+        tags = {
+            "trainfactory.cost.currency": cost.currency,
+            "trainfactory.cost.catalog": cost.catalog
+            + (" (example prices, not a quote)" if cost.example else ""),
+            "trainfactory.cost.warnings": "; ".join(cost.warnings),
+        }
+        if self.budget:
+            tags["trainfactory.cost.budget"] = f"{self.budget:g}"
+        return tags
+
+    def over_budget(self, spent: float, rate_per_h: float, now: float) -> bool:
+        """True once: the cost at the checkpoint after the next would pass the budget."""
+        if not self.budget or self._budget_hit or self._held is None:
+            return False
+        times = self._saved_at
+        interval = times[-1] - times[-2] if len(times) >= 2 else 60.0
+        next_at = (times[-1] + interval) if times else now + interval
+        while next_at < now:  # checkpoints came late: the next is due an interval on
+            next_at += interval
+        ahead_s = next_at - now + interval + STOP_ALLOWANCE_S
+        projected = spent + rate_per_h * ahead_s / 3600.0
+        self._budget_hit = math.isfinite(projected) and projected > self.budget
+        return self._budget_hit
