@@ -33,9 +33,9 @@ class CostMeter:
 
     Budget: with ``budget`` set, :meth:`over_budget` turns True, once, when the cost
     projected at the checkpoint after the next one, plus :data:`STOP_ALLOWANCE_S`, would
-    exceed it (the interval between the last two checkpoints is the guess, or a minute
-    without them), so a graceful stop requested then ends at the next checkpoint, within
-    the budget.
+    exceed it (the interval between the last two checkpoints is the guess; before the
+    first checkpoint, the time since the start), so a graceful stop requested then ends
+    at the next checkpoint, within the budget.
     """
 
     def __init__(
@@ -127,11 +127,12 @@ class CostMeter:
         """True once: the cost at the checkpoint after the next would pass the budget."""
         if not self.budget or self._budget_hit or self._held is None:
             return False
-        times = self._saved_at
-        interval = times[-1] - times[-2] if len(times) >= 2 else 60.0
-        next_at = (times[-1] + interval) if times else now + interval
-        while next_at < now:  # checkpoints came late: the next is due an interval on
-            next_at += interval
+        times = [self._held[0], *self._saved_at]  # the start, then every checkpoint
+        # the last interval between checkpoints; before two, the time taken so far
+        interval = max(1.0, times[-1] - times[-2] if len(times) >= 2 else now - times[0])
+        next_at = times[-1] + interval
+        if next_at < now:  # checkpoints came late: the next is due an interval on
+            next_at += math.ceil((now - next_at) / interval) * interval
         ahead_s = next_at - now + interval + STOP_ALLOWANCE_S
         projected = spent + rate_per_h * ahead_s / 3600.0
         self._budget_hit = math.isfinite(projected) and projected > self.budget

@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             on_stall=meta["spec"].get("on_stall", "warn"),
             resume=int(meta.get("resume", 0)),
             cost=_cost_meter(meta),
+            workers=int(meta["spec"]["workers"]),
         )
     )
     ray.get(recorder.ping.remote())

@@ -111,6 +111,7 @@ class RunRecorder:
         on_stall: str = "warn",
         resume: int = 0,
         cost: CostMeter | None = None,
+        workers: int | None = None,
     ):
         # Our own retry loop replaces the MLflow client's (7 retries, minutes of backoff):
         # a request fails fast and its points go back to the queue.
@@ -136,7 +137,9 @@ class RunRecorder:
         # derived numbers
         self._user_flops = flops_per_token
         self._user_peak = peak_tflops * 1e12 if peak_tflops else None
-        self._throughput = JobThroughput(gpus_per_worker, peak_flops=self._user_peak)
+        self._throughput = JobThroughput(
+            gpus_per_worker, peak_flops=self._user_peak, world_size=workers
+        )
         self._worker_counters = False
         self._derived_step = -1
         self._ticks = 0
@@ -380,8 +383,9 @@ class RunRecorder:
         ``trainfactory.failure`` tag with the rank's node and pid: the root cause that
         ``%train status`` and the dashboard show.
 
-        The failure's time is the failing rank's last sign of life (its telemetry sends
-        at least every 2 s), the detection time is now (Ray Train's health check).
+        The failure's time is the job's last sign of life: the failing rank's last
+        telemetry (sent at least every 2 s) or a later step of another rank; the
+        detection time is now (Ray Train's health check).
         """
         now = time.time()
         with self._lock:
@@ -392,7 +396,10 @@ class RunRecorder:
                 if self._stall_restart:  # we killed it: the cause is the stall
                     detail = {**(detail or {}), "cause": self._stalled_text()}
                 attempt = self._attempts[-1]
-                failed = max(attempt["start"], min(now, self._rank_seen.get(rank, now)))
+                # the last sign of life: of the failing rank, or progress of the others
+                seen = [self._rank_seen.get(rank, attempt["start"]), attempt["start"]]
+                seen += [s.end for s in self._progress[-1:]]
+                failed = min(now, max(seen))
                 attempt.update(failed_at=failed, detected_at=now, kind=kind)
                 self._faults += 1
                 ts = int(now * 1000)
@@ -878,7 +885,8 @@ class RunRecorder:
     def _add_checkpoint(self, ckpt: dict[str, Any]) -> None:
         self._checkpoints += 1
         n, ts = self._checkpoints, ckpt.get("time", time.time())
-        self._saves.append(CheckpointSave(ts - ckpt["save_s"], ts, self._global_step))
+        step = int(ckpt.get("step", self._global_step))  # the worker's logged step, if any
+        self._saves.append(CheckpointSave(ts - ckpt["save_s"], ts, step))
         if self._cost is not None:
             self._cost.checkpoint(ts, ckpt.get("bytes"))
         self._add_user("checkpoint/save_s", ckpt["save_s"], n, ts)

@@ -105,6 +105,7 @@ class WorkerTelemetry:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stop_requested = False  # set from the recorder's reply; read by should_stop()
+        self._logged_step: int | None = None  # the last step given to log()
         self._replies: list[Any] = []
 
     # -- recording (called from the training loop; cheap) ----------------------------
@@ -131,6 +132,8 @@ class WorkerTelemetry:
             if rank_zero_only and self.rank != 0:
                 return
             at = self.steps if step is None else int(step)
+            if step is not None:
+                self._logged_step = at
             prefix = "" if rank_zero_only else f"rank{self.rank}/"
             for key, value in metrics.items():
                 number = _to_float(value)
@@ -168,7 +171,10 @@ class WorkerTelemetry:
 
     def add_checkpoint(self, seconds: float, nbytes: int | None) -> None:
         with self._lock:
-            self._checkpoints.append({"save_s": seconds, "bytes": nbytes, "time": time.time()})
+            ckpt = {"save_s": seconds, "bytes": nbytes, "time": time.time()}
+            if self._logged_step is not None:  # the step the checkpoint keeps progress to
+                ckpt["step"] = self._logged_step
+            self._checkpoints.append(ckpt)
             self._dirty = True
 
     def set_info(self, kind: str, info: dict[str, Any]) -> None:

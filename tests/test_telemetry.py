@@ -656,3 +656,14 @@ def test_key_mapper_suffix_never_exceeds_250_characters():
     m("ab")
     nested = m("ab/" + "c" * 247)  # "ab_/ccc..." would be 251 characters
     assert len(nested) <= 250 and not nested.startswith("ab/")
+
+
+def test_job_throughput_waits_for_every_rank_of_a_known_world_size():
+    jt = JobThroughput(world_size=2)
+    jt.update(0, R0_A)
+    jt.update(1, R1_A)
+    jt.derive(now=200.0)
+    jt.update(0, R0_B)  # rank 1 has no second batch yet: no partial sum
+    assert "train/samples_per_s" not in jt.derive(now=204.0)
+    jt.update(1, R1_B)
+    assert "train/samples_per_s" in jt.derive(now=208.0)

@@ -156,6 +156,10 @@ class JobThroughput:
         Step durations kept for the p50/p95 step time.
     stale_s : float
         A rank whose counters have not moved for this long counts with rate 0.
+    world_size : int, optional
+        The job's ranks. When given, rates are made only once every rank has a window
+        (the first windows of a starting job would otherwise sum only the ranks that
+        reported first, an undercount).
     """
 
     def __init__(
@@ -165,8 +169,10 @@ class JobThroughput:
         peak_flops: float | None = None,
         window: int = 512,
         stale_s: float = 10.0,
+        world_size: int | None = None,
     ):
         self.gpus_per_worker = gpus_per_worker
+        self.world_size = world_size
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
         self.stale_s = stale_s
@@ -246,6 +252,8 @@ class JobThroughput:
         out: dict[str, float] = {}
         workers = sum(1 for state in self._ranks.values() if state.rates) or len(self._ranks)
         measured = any(state.rates for state in self._ranks.values())
+        if self.world_size and sum(1 for s in self._ranks.values() if s.rates) < self.world_size:
+            measured = False  # not every rank has a window yet
         if saw["samples"]:
             out["train/samples"] = totals["samples"]
             if measured:
