@@ -294,6 +294,8 @@ def format_status(info) -> str:
         row["resumes"] = str(info.resumes)
     if info.stall:
         row["stall"] = info.stall
+    if info.cost:
+        row["cost"] = info.cost
     lines = [f"{k:>10}: {v}" for k, v in row.items() if v]
     for r in info.fault_records:  # this submission's failures, oldest first
         when = time.strftime("%H:%M:%S", time.localtime(r.get("time", 0)))

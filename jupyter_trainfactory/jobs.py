@@ -80,6 +80,7 @@ class JobInfo:
     fault_records: list[dict[str, Any]] = field(default_factory=list)
     stall: str = ""
     stall_suggested_s: float | None = None
+    cost: str = ""
 
     def failure_lines(self) -> list[str]:
         """The root cause of the last failure: rank, node and error, then its traceback's
@@ -253,7 +254,24 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         fault_records=records if isinstance(records, list) else [],
         stall=tags.get(TAG.STALL, ""),
         stall_suggested_s=None if math.isnan(suggested) else suggested,
+        cost=_cost_text(run.data.metrics, tags),
     )
+
+
+def _cost_text(metrics: dict[str, float], tags: dict[str, str]) -> str:
+    """``"12.50 USD (1.25 wasted; budget 15; example prices)"`` from the run, "" if none."""
+    if "cost/usd" not in metrics:
+        return ""
+    currency = tags.get("trainfactory.cost.currency", "USD")
+    notes = []
+    if metrics.get("cost/wasted_usd"):
+        notes.append(f"{metrics['cost/wasted_usd']:,.2f} wasted")
+    if tags.get("trainfactory.cost.budget"):
+        notes.append(f"budget {tags['trainfactory.cost.budget']}")
+    if "example" in tags.get("trainfactory.cost.catalog", ""):
+        notes.append("example prices")
+    text = f"{metrics['cost/usd']:,.2f} {currency}"
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _local_head_alive(head: str) -> bool:

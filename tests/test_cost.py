@@ -163,3 +163,16 @@ def test_a_budget_stops_before_the_checkpoint_that_would_pass_it():
     assert job.over_budget(0.85, 3.60, 250.0)
     assert not job.over_budget(0.95, 3.60, 251.0)  # asked once
     assert not CostMeter(CATALOG, 1, 1, 1).over_budget(10**6, 3.60, 0.0)  # no budget
+
+
+def test_status_says_what_a_job_cost():
+    from jupyter_trainfactory.jobs import _cost_text
+
+    tags = {
+        "trainfactory.cost.currency": "EUR",
+        "trainfactory.cost.budget": "15",
+        "trainfactory.cost.catalog": "example-2026-11 (example prices, not a quote)",
+    }
+    metrics = {"cost/usd": 1234.5, "cost/wasted_usd": 12.25}
+    assert _cost_text(metrics, tags) == "1,234.50 EUR (12.25 wasted; budget 15; example prices)"
+    assert _cost_text({}, tags) == ""

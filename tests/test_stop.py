@@ -156,3 +156,4 @@ def test_a_budget_stops_the_job_gracefully_at_a_checkpoint(manager, mlflow_clien
     logs = job.logs()
     assert "stop requested (budget)" in logs
     assert "checkpoint saved, training ends" in logs  # a final checkpoint after the request
+    assert "budget 0.4" in job.info().cost
