@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         ns = parse(argv or ["help"], build_parser(PROG, "FILE.py:FUNC"))
         return _run(ns)
     except HelpShown:  # argparse printed the help of -h
+        return 0
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (CommandError, SpecError, JobNotFound, ServiceError, TimeoutError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -513,6 +513,7 @@ class JobManager:
             TAG.STOP: "",
             TAG.ERROR: "",
             TAG.STALL: "",
+            TAG.CHAOS: "",  # a fault injected into an earlier submission stays there
         }
         self._mlflow.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in reopen.items()])
         self._mlflow.update_run(run.info.run_id, status="RUNNING")

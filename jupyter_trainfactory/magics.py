@@ -194,7 +194,7 @@ class TrainMagics(Magics, Configurable):
         info = self._manager(ns).stop(self._job_id(ns), now=ns.now, grace_s=ns.grace)
         print(stop_text(info, ns.now, ns.grace))
 
-    def _cmd_attach(self, ns) -> None:
+    def _cmd_attach(self, ns):
         job = api.attach(
             self._job_id(ns),
             getattr(ns, "address", None) or self._defaults()["address"],
@@ -202,6 +202,7 @@ class TrainMagics(Magics, Configurable):
         )
         self._last_job = job.id
         self._show(job)
+        return job
 
     def _cmd_services(self, ns) -> None:
         # A cached manager notices stopped services itself (api.get_manager).

@@ -213,7 +213,9 @@ class JobSpec:
         if self.on_stall not in ON_STALL:
             raise SpecError(f"on_stall takes {', '.join(ON_STALL)}, got {self.on_stall!r}.")
         if self.on_stall != "warn" and self.stall_timeout is None:
-            raise SpecError(f"on_stall={self.on_stall!r} needs a stall_timeout in seconds.")
+            raise SpecError(
+                f"--on-stall {self.on_stall} needs --stall-timeout SECONDS (stall_timeout)."
+            )
         if self.budget is not None:
             number = isinstance(self.budget, (int, float)) and not isinstance(self.budget, bool)
             if not number or not math.isfinite(self.budget) or self.budget <= 0:
@@ -224,8 +226,8 @@ class JobSpec:
             self.catalog()  # a bad file is refused now, before anything is submitted
         if self.on_stall == "restart" and self.max_failures == 0:
             raise SpecError(
-                "on_stall='restart' restarts the workers, which uses the failure budget;"
-                " set max_failures to 1 or more (or -1)."
+                "--on-stall restart restarts the workers, which uses the failure budget;"
+                " set --max-failures (max_failures) to 1 or more, or -1."
             )
 
     def catalog(self):

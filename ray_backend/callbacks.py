@@ -51,11 +51,16 @@ def last_line(exc: BaseException) -> str:
 def failure_detail(exc: BaseException) -> dict[str, str]:
     """``{"type", "message", "traceback", "kind"}`` of a worker's failure: the root
     error's type name, its message's last line, the last :data:`TRACEBACK_LINES` lines of
-    its traceback, and ``"preemption"`` when Ray marked the dead worker's actor as
+    its traceback (none for a worker process that died: Ray's own frames would be all of
+    it; the worker's log has what it printed last), and ``"preemption"`` when Ray marked the dead worker's actor as
     preempted (``RayActorError.preempted``, what Ray Train's separate preemption budget
     counts), else ``"failure"``."""
+    from ray.exceptions import RayActorError
+
     root, text = root_error(exc)
     lines = [line for line in text.rstrip().splitlines() if line.strip()]
+    if isinstance(root, RayActorError):  # the process died: Ray's frames say nothing more
+        lines = []
     message = last_line(root)
     if len(message) > 240:  # Ray's own messages run on: their first sentence is the news
         first, dot, _ = message.partition(". ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -153,11 +154,14 @@ class RunRecorder:
         self._node_offset: dict[str, int] = {}
         self._energy = EnergyMeter()
         # faults and goodput (telemetry.goodput): attempts, rank 0's progress, saves
+        self._chaos_done: set[str] = set()  # chaos requests carried out (or from before)
+        self._chaos_killed: dict[int, str] = {}  # pid -> the chaos request that killed it
         self._submitted = self._read_submitted()
         self._attempts: list[dict[str, Any]] = []
         self._progress: list[Step] = []
         self._saves: list[CheckpointSave] = []
         self._global_step = 0
+        self._counted_steps = False  # the workers count steps (trainfactory.step, log)
         self._last_counters: dict[str, float] | None = None
         self._faults = 0
         self._failed_rank: int | None = None
@@ -178,7 +182,6 @@ class RunRecorder:
         self._suggested_stall = 0
         self._tags[TAG.STALL_TIMEOUT] = f"{stall_timeout_s:g}" if stall_timeout_s else "off"
         # control requests through the run's tags (stop, chaos)
-        self._chaos_done: set[str] = set()
         self._budget_stop: float | None = None
         # a resume continues the run: what earlier submissions wrote
         self._resume = resume
@@ -255,6 +258,7 @@ class RunRecorder:
             previous = self._last_report_time or self._running_since
             self._last_report_time = now
             self._progressed(now)
+            self._report_progress(step, now)
             if step <= self._last_report_step:
                 return None
             self._last_report_step = step
@@ -395,6 +399,10 @@ class RunRecorder:
             if self._attempts and self._attempts[-1]["failed_at"] is None:
                 if self._stall_restart:  # we killed it: the cause is the stall
                     detail = {**(detail or {}), "cause": self._stalled_text()}
+                pid = self._ranks.get(rank, {}).get("pid")
+                if pid in self._chaos_killed:
+                    request = self._chaos_killed[pid]
+                    detail = {**(detail or {}), "cause": f"killed by chaos request {request}"}
                 attempt = self._attempts[-1]
                 # the last sign of life: of the failing rank, or progress of the others
                 seen = [self._rank_seen.get(rank, attempt["start"]), attempt["start"]]
@@ -478,10 +486,19 @@ class RunRecorder:
             self._stalled = None
             self._tags[TAG.STALL] = ""
 
+    def _laggard(self) -> int | None:
+        """The running rank that progressed least (the last on a tie): the likeliest to
+        hang, since the others wait for it at their next collective."""
+        ranks = self._rank_steps
+        return min(self._ranks, key=lambda r: (ranks.get(r, -1), -r)) if self._ranks else None
+
     def _stalled_text(self) -> str:
         s = self._stalled or {}
         since = time.strftime("%H:%M:%S", time.localtime(s.get("since", 0)))
-        return f"no step or report for {s.get('after_s', 0):.0f} s since {since}"
+        text = f"no step or report for {s.get('after_s', 0):.0f} s since {since}"
+        if s.get("rank") is not None:
+            text += f"; least progress: rank {s['rank']} (step {s.get('rank_step', '?')})"
+        return text
 
     def _check_stall(self, now: float) -> str | None:
         """Mark a stall when no progress came for ``stall_timeout_s``; returns the action
@@ -504,7 +521,13 @@ class RunRecorder:
                 or now - self._last_progress < self._stall_timeout
             ):
                 return None
-            self._stalled = {"since": self._last_progress, "after_s": now - self._last_progress}
+            rank = self._laggard()
+            self._stalled = {
+                "since": self._last_progress,
+                "after_s": now - self._last_progress,
+                "rank": rank,
+                "rank_step": self._rank_steps.get(rank) if rank is not None else None,
+            }
             text = self._stalled_text()
             self._tags[TAG.STALL] = text
             print(f"trainfactory: stalled: {text} (--on-stall {self._on_stall})", flush=True)
@@ -515,11 +538,10 @@ class RunRecorder:
             self.request_stop("stall", grace_s=0.0)
         elif action == "restart":
             with self._lock:
-                ranks = dict(self._rank_steps)
+                rank = self._laggard()
                 self._stall_restart = True
-            # the rank that progressed least is the likeliest to hang; any one is enough:
-            # Ray Train restarts the whole worker group from the latest checkpoint
-            rank = min(self._ranks, key=lambda r: (ranks.get(r, -1), -r)) if self._ranks else 0
+            # killing one is enough: Ray Train restarts the whole group from the checkpoint
+            rank = 0 if rank is None else rank
             try:
                 killed = self.kill_ranks([rank])
             except Exception as exc:  # no worker known, or the node does not answer
@@ -587,6 +609,8 @@ class RunRecorder:
                     rank = max(self._ranks, default=0) if rank < 0 else rank
                 ranks = [rank]
             done["killed"] = self.kill_ranks(ranks)
+            with self._lock:
+                self._chaos_killed.update({k["pid"]: done["id"] for k in done["killed"]})
             print(f"trainfactory: chaos: killed {done['killed']}", flush=True)
         except Exception as exc:
             done["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -738,9 +762,28 @@ class RunRecorder:
         """When the job was submitted (the run's ``trainfactory.started`` tag), else now."""
         try:
             run = self._client.get_run(self.run_id)
-            return float(run.data.tags.get(TAG.STARTED) or run.info.start_time / 1000)
         except Exception:  # tracking server away at start: the recorder's start will do
             return time.time()
+        with contextlib.suppress(ValueError, AttributeError):  # a request of an earlier
+            old = json.loads(run.data.tags.get(TAG.CHAOS) or "{}")  # submission: not ours
+            self._chaos_done.add(str(old.get("id", "")))
+        return float(run.data.tags.get(TAG.STARTED) or run.info.start_time / 1000)
+
+    def _report_progress(self, step: int, now: float) -> None:
+        """A report as a goodput ``Step`` when the workers count no steps themselves
+        (plain Ray Train code: ``ray.train.report`` only). The time from the attempt's
+        start to its first report is setup (startup or checkpoint restore); each later
+        report's step took the time since the previous one."""
+        if self._counted_steps or not self._attempts:
+            return
+        attempt = self._attempts[-1]
+        if attempt["failed_at"] is not None:
+            return
+        previous = attempt.get("last_report")
+        attempt["last_report"] = now
+        duration = 0.0 if previous is None else now - previous
+        self._global_step = max(self._global_step, step)
+        self._progress.append(Step(now, step, duration))
 
     def _add_progress(self, counters: dict[str, Any], logged_step: int | None) -> None:
         """Rank 0's progress since its previous batch, as one goodput ``Step`` record."""
@@ -749,6 +792,8 @@ class RunRecorder:
         if last is None or steps < last.get("steps", 0):
             last = {"steps": 0, "step_time_s": 0.0, "data_wait_s": 0.0, "time": None}
         new_steps = steps - last["steps"]
+        if steps:
+            self._counted_steps = True  # the workers count steps: reports are not steps
         if new_steps <= 0:
             self._last_counters = counters
             return
@@ -885,7 +930,8 @@ class RunRecorder:
     def _add_checkpoint(self, ckpt: dict[str, Any]) -> None:
         self._checkpoints += 1
         n, ts = self._checkpoints, ckpt.get("time", time.time())
-        step = int(ckpt.get("step", self._global_step))  # the worker's logged step, if any
+        step = ckpt.get("step")  # the reported or logged step the worker gave, if any
+        step = int(step) if step is not None else max(self._global_step, self._last_report_step)
         self._saves.append(CheckpointSave(ts - ckpt["save_s"], ts, step))
         if self._cost is not None:
             self._cost.checkpoint(ts, ckpt.get("bytes"))

@@ -169,11 +169,14 @@ class WorkerTelemetry:
         with self._lock:
             self._comm_events.append((start, end))
 
-    def add_checkpoint(self, seconds: float, nbytes: int | None) -> None:
+    def add_checkpoint(self, seconds: float, nbytes: int | None, step: int | None = None) -> None:
+        """A checkpoint saved in ``seconds``: ``nbytes`` big, keeping progress up to
+        ``step`` (the report's ``step``; default: the last step given to ``log``)."""
         with self._lock:
             ckpt = {"save_s": seconds, "bytes": nbytes, "time": time.time()}
-            if self._logged_step is not None:  # the step the checkpoint keeps progress to
-                ckpt["step"] = self._logged_step
+            step = self._logged_step if step is None else step
+            if step is not None:
+                ckpt["step"] = int(step)
             self._checkpoints.append(ckpt)
             self._dirty = True
 
@@ -614,7 +617,9 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
             metrics = {**metrics, STOP_SEEN: 1}
         t0 = time.perf_counter()
         result = report(metrics, checkpoint, *args, **kwargs)
-        worker.add_checkpoint(time.perf_counter() - t0, nbytes)
+        step = metrics.get("step")
+        step = step if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+        worker.add_checkpoint(time.perf_counter() - t0, nbytes, step)
         if stop_seen:
             # No step after this checkpoint: what the run records and what a resume
             # restores stay the same. The driver ends the job within seconds.

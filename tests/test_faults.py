@@ -122,8 +122,9 @@ def test_without_a_failure_budget_the_job_fails_naming_the_rank(manager, mlflow_
     assert info.failure["node"] and info.failure["pid"]
     status = format_status(info)
     assert "failure: rank 1 on node" in status and "ActorDiedError" in status
-    assert len(info.failure_lines()) > 2  # the error, then its traceback's last lines
-    assert info.failure_lines()[1].strip() in status
+    # a process that died has no traceback of its own (Ray's frames are left out)
+    assert info.failure["traceback"] == "" and len(info.failure_lines()) == 1
+    assert "worker process has died" in info.failure_lines()[0]
 
 
 @pytest.mark.timeout(300)

@@ -309,3 +309,14 @@ def test_a_failure_record_has_its_detection_and_restore_times():
     assert failure.restored == pytest.approx(55.0)  # the first step after it starts at 55
     (undetected,) = account(0.0, 40.0, [Attempt(10.0, failed_at=37.5)], steps[:15]).failures
     assert undetected.detected == 37.5 and undetected.restored is None
+
+
+def test_steps_of_surviving_ranks_after_a_failure_are_not_a_recovery():
+    # step 16 ends at 38, after the failure at 37.5 (a rank that has not noticed yet);
+    # recovery is measured on the restarted workers' steps: step 16 again ends at 61
+    steps = _steps(1, 21, 10) + _steps(11, 33, 5) + [Step(38.0, 16, 1.0)]
+    steps += _steps(11, 56, 10)
+    attempts = [Attempt(10.0, failed_at=37.5), Attempt(45.0)]
+    (failure,) = account(0.0, 70.0, attempts, steps, [CheckpointSave(30.0, 32.0, 10)]).failures
+    assert failure.mttr_s == pytest.approx(61.0 - 37.5)
+    assert failure.restored == pytest.approx(55.0)

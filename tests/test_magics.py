@@ -38,8 +38,8 @@ def _job_count(manager):
         ("resume tf-00000000", "No job tf-00000000 is recorded"),
         ("logs tf-00000000 --rank 0", "No job tf-00000000 is recorded"),
         ("chaos tf-00000000", "one of the arguments --kill-worker --kill-node is required"),
-        ("launch train --on-stall stop", "needs a stall_timeout"),
-        ("launch train --stall-timeout 30 --on-stall restart", "set max_failures to 1"),
+        ("launch train --on-stall stop", "--on-stall stop needs --stall-timeout SECONDS"),
+        ("launch train --stall-timeout 30 --on-stall restart", "set --max-failures"),
         ("launch train --stall-timeout 0", "stall_timeout must be at least 1"),
     ],
 )

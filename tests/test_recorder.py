@@ -396,3 +396,27 @@ def test_cost_is_metered_live_and_a_budget_asks_for_a_stop(store):
     assert tags["trainfactory.cost.currency"] == "USD"
     assert tags["trainfactory.cost.catalog"].endswith("(example prices, not a quote)")
     assert rec.stop_status()["reason"] == "budget"
+
+
+def test_plain_ray_train_reports_are_the_steps_of_goodput(store):
+    # a loop with ray.train.report only (no trainfactory.step): each report is a step
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    t0 = rec._attempts[-1]["start"] = time.time() - 100  # the workers started 100 s ago
+    rec._submitted = t0 - 1
+    for i in range(1, 6):
+        rec.report([{"loss": 1.0 / i, "step": i}], f"/ckpt/{i}" if i == 3 else None, t0 + 2 * i)
+    # the worker's own record of that checkpoint (timed around the report)
+    rec.worker_batch(0, {"checkpoints": [{"save_s": 0.5, "bytes": 10, "time": t0 + 6, "step": 3}]})
+    acc = rec.goodput(t0 + 10)
+    assert acc.badput_s["startup"] == pytest.approx(1.0 + 2.0)  # pending, then to report 1
+    assert acc.goodput_s == pytest.approx(8.0 - 0.5)  # reports 2-5, 2 s each, less the save
+    rec.worker_failure(1, "boom")
+    rec.set_state("RUNNING")  # the restart
+    start = rec._attempts[-1]["start"]
+    rec.report([{"loss": 0.1, "step": 4}], None, start + 1)
+    rec.report([{"loss": 0.1, "step": 6}], None, start + 2)
+    (failure,) = rec.goodput(start + 3).failures
+    assert failure.step_reached == 5 and failure.restored_step == 3
+    assert failure.mttr_s == pytest.approx(start + 2 - failure.time)

@@ -104,7 +104,9 @@ def test_chaos_kill_then_stop_and_resume_continue_one_run(manager, mlflow_client
         while mlflow_client.get_run(job.run_id).data.metrics.get("faults/restarts") != 1:
             assert time.monotonic() < deadline, "no restart after the chaos kill"
             time.sleep(0.5)
-        assert "ActorDiedError" in (job.info().failure or {}).get("type", "")
+        failure = job.info().failure or {}
+        assert failure.get("type") == "ActorDiedError" and failure.get("rank") == 1
+        assert failure["cause"].startswith("killed by chaos request")
         assert "trainfactory: chaos: killed" in job.logs()
         assert job.logs(rank=0, tail=50) is not None
         job.stop()

@@ -468,7 +468,7 @@ def account(
             recovery = "preemption" if attempt.kind == "preemption" else "infrastructure_recovery"
             _add(segments, failed, end, recovery)
             failures.append(
-                _failure_record(failed, attempt.detected_at, attempt.kind, mine, steps, saves)
+                _failure_record(failed, attempt.detected_at, end, attempt.kind, mine, steps, saves)
             )
     return _tally(submitted, ended, segments, failures)
 
@@ -476,6 +476,7 @@ def account(
 def _failure_record(
     failed: float,
     detected: float | None,
+    restart: float,
     kind: str,
     mine: list[Step],
     steps: list[Step],
@@ -484,8 +485,10 @@ def _failure_record(
     reached = max((s.step for s in mine), default=0)
     before = [c for c in saves if c.end <= failed]
     restored = before[-1].step if before else 0
-    past = next((s for s in steps if s.end > failed and s.step > reached), None)
-    again = next((s for s in steps if s.start > failed), None)
+    # recovery is measured on the next attempt's steps (``restart`` is its start): steps
+    # the failed attempt's surviving ranks made after the failure do not count
+    past = next((s for s in steps if s.end > restart and s.step > reached), None)
+    again = next((s for s in steps if s.start >= restart), None)
     return FailureRecord(
         time=failed,
         kind=kind,
