@@ -220,13 +220,8 @@ def parse(
         argv = shlex.split(line) if isinstance(line, str) else list(line)
     except ValueError as exc:
         raise CommandError(f"Cannot parse the line: {exc}.") from exc
-    if not argv:
-        raise CommandError(
-            "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach"
-            " or services."
-        )
-    ns = parser.parse_args(argv)
-    if ns.command is None:
+    ns = parser.parse_args(argv) if argv else None
+    if ns is None or ns.command is None:
         raise CommandError(
             "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach"
             " or services."

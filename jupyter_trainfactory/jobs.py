@@ -122,6 +122,11 @@ def _function_source(fn: Callable) -> str:
         return ""
 
 
+def _payload_path(job_id: str) -> Path:
+    """Where job ``job_id``'s payload package lives in the state directory."""
+    return state_dir() / "jobs" / job_id / f"_tf_payload_{job_id.replace('-', '_')}"
+
+
 def _payload_dir(job_id: str, fn: Callable) -> Path:
     """Write the job's payload as an importable package shipped with runtime_env py_modules.
 
@@ -131,8 +136,7 @@ def _payload_dir(job_id: str, fn: Callable) -> Path:
     import cloudpickle
 
     _ship_by_value(fn)
-    module = f"_tf_payload_{job_id.replace('-', '_')}"
-    path = state_dir() / "jobs" / job_id / module
+    path = _payload_path(job_id)
     path.mkdir(parents=True, exist_ok=True)
     (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
     try:
@@ -530,8 +534,7 @@ class JobManager:
 
     def _payload(self, job_id: str, run_id: str) -> Path:
         """The job's payload directory: here, or downloaded from its run's artifacts."""
-        module = f"_tf_payload_{job_id.replace('-', '_')}"
-        path = state_dir() / "jobs" / job_id / module
+        path = _payload_path(job_id)
         if (path / "job.json").is_file() and (path / "function.pkl").is_file():
             return path
         path.mkdir(parents=True, exist_ok=True)
@@ -713,17 +716,21 @@ class JobManager:
             where = self._rank_where(run, rank)
             parts = [self._worker_log(where, suffix, tail) for suffix in ("out", "err")]
             return "\n".join(p for p in parts if p.strip())
-        try:
-            text = self.jobs_client.get_job_logs(run.data.tags[TAG.SUBMISSION])
-        except SpecError:
-            raise
-        except Exception as exc:
-            raise JobNotFound(
-                f"Ray has no logs for job {job_id}: {str(exc).splitlines()[0]}"
-            ) from exc
+        text = self._driver_log(run)
         if tail:
             text = "\n".join(text.splitlines()[-tail:])
         return text
+
+    def _driver_log(self, run) -> str:
+        try:
+            return self.jobs_client.get_job_logs(run.data.tags[TAG.SUBMISSION])
+        except SpecError:
+            raise
+        except Exception as exc:
+            job_id = run.data.tags.get(TAG.JOB_ID, "")
+            raise JobNotFound(
+                f"Ray has no logs for job {job_id}: {str(exc).splitlines()[0]}"
+            ) from exc
 
     def _rank_where(self, run, rank: int) -> dict[str, Any]:
         """Where ``rank``'s worker runs (or last ran): pid, node_id, node_ip."""
@@ -806,7 +813,7 @@ class JobManager:
             run = self._run(job_id)
             state = self._info(run).state
             if rank is None:
-                text = self.logs(job_id)
+                text = self._driver_log(run)  # the run read once per poll
                 if len(text) > seen:
                     write(text[seen:].rstrip("\n"))
                     seen = len(text)

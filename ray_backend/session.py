@@ -669,8 +669,7 @@ def user_traceback(exc: BaseException) -> str:
     module's own frames (the user's code is what matters)."""
     import traceback
 
-    here = __file__.removesuffix("c")  # session.py, not session.pyc
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != here]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
     lines = ["Traceback (most recent call last):"]
     lines += "".join(traceback.format_list(frames)).rstrip("\n").splitlines()
     lines += "".join(traceback.format_exception_only(exc)).rstrip("\n").splitlines()
