@@ -148,6 +148,8 @@ class RunRecorder:
         self._checkpoints = 0
         self._checkpoint_rank: int | None = None
         self._checkpoint_step: int | None = None
+        self._checkpoint_models: deque = deque()  # checkpoints still to become LoggedModels
+        self._run_info: tuple[str, str] | None = None  # (experiment id, job id)
         # node samples
         self._device_budget = device_points_per_s
         self._gpu_latest: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
@@ -278,6 +280,11 @@ class RunRecorder:
             if checkpoint_path:
                 self._checkpoint_step = step
                 self._add_user("checkpoint/step", step, step, now)
+                values = {k: to_float(v) for k, v in rank0.items() if k not in RESERVED_KEYS}
+                metrics = {
+                    self._keys(k): v for k, v in values.items() if v is not None and math.isfinite(v)
+                }
+                self._checkpoint_models.append((step, checkpoint_path, now, metrics))
                 self._tags.update(
                     {
                         TAG.CKPT_PATH: checkpoint_path,
@@ -1062,8 +1069,45 @@ class RunRecorder:
             raise
         with self._lock:
             self._inflight = 0
+        self._log_checkpoint_models()
         if self._offline_since is not None:
             self._back_online(queued)
+
+    def _log_checkpoint_models(self) -> None:
+        """Each reported checkpoint as an MLflow LoggedModel (``model_type="checkpoint"``)
+        linked to the run, its step and the metrics reported with it; the weights stay in
+        the job's storage (tag ``trainfactory.checkpoint.path``) until ``%train register``
+        logs them as an MLflow model. Raises when the tracking server refuses; what is left
+        is tried again at the next flush."""
+        from mlflow.entities import LoggedModelStatus, Metric
+
+        while self._checkpoint_models:
+            step, path, when, metrics = self._checkpoint_models[0]
+            if self._run_info is None:
+                run = self._client.get_run(self.run_id)
+                self._run_info = (run.info.experiment_id, run.data.tags.get(TAG.JOB_ID, ""))
+            experiment_id, job_id = self._run_info
+            model = self._client.create_logged_model(
+                experiment_id,
+                name=f"checkpoint-step-{step}",
+                source_run_id=self.run_id,
+                model_type="checkpoint",
+                tags={
+                    TAG.JOB_ID: job_id,
+                    TAG.CKPT_PATH: path,
+                    TAG.CKPT_STEP: str(step),
+                    TAG.CKPT_TIME: f"{when:.3f}",
+                },
+            )
+            ms = int(when * 1000)
+            points = [
+                Metric(k, v, ms, step, model_id=model.model_id)
+                for k, v in metrics.items()
+            ]
+            if points:
+                self._client.log_batch(self.run_id, metrics=points[:MAX_BATCH_METRICS])
+            self._client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+            self._checkpoint_models.popleft()
 
     def _went_offline(self, exc: BaseException) -> None:
         if self._offline_since is None:

@@ -42,6 +42,27 @@ def test_steps_first_write_wins_and_samples_per_s(store):
     assert "name" not in client.get_run(run_id).data.metrics
 
 
+def test_each_checkpoint_becomes_a_logged_model_with_its_step_and_metrics(store):
+    uri, client, run_id = store
+    client.set_tag(run_id, TAG.JOB_ID, "tf-0000abcd")
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.report([{"loss": 0.9, "acc": 0.5}], "/ckpt/a", 1_000.0)
+    rec.report([{"loss": 0.7}], None, 1_001.0)
+    rec.report([{"loss": 0.4, "acc": 0.8, "note": "x"}], "/ckpt/b", 1_002.0)
+    rec.flush()
+    exp = client.get_run(run_id).info.experiment_id
+    models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
+    by_step = {int(m.tags[TAG.CKPT_STEP]): m for m in models}
+    assert sorted(by_step) == [1, 3]
+    m = by_step[3]
+    assert m.model_type == "checkpoint" and m.status.name == "READY"
+    assert m.tags[TAG.CKPT_PATH] == "/ckpt/b" and m.tags[TAG.JOB_ID] == "tf-0000abcd"
+    assert {x.key: x.value for x in m.metrics} == {"loss": 0.4, "acc": 0.8}
+    assert all(x.step == 3 for x in m.metrics)
+    rec.flush()  # logged once
+    assert len(client.search_logged_models([exp])) == 2
+
+
 def test_finish_closes_run_with_error(store):
     uri, client, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
