@@ -51,6 +51,10 @@ def launch(
     budget: float | None = None,
     price_catalog: str | None = None,
     spot: bool = False,
+    project: str = "",
+    target_steps: int | None = None,
+    inputs: dict[str, Any] | None = None,
+    model_fn: Callable[[str], Any] | None = None,
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
@@ -60,7 +64,11 @@ def launch(
     override what MFU is computed from; ``stall_timeout`` (s) and ``on_stall``
     (``warn``, ``restart`` or ``stop``) set stall detection; ``budget`` (an amount in
     the ``price_catalog``'s currency) stops the job before it spends more; ``spot``
-    prices preemptible capacity (see :class:`~.spec.JobSpec`).
+    prices preemptible capacity; ``project`` groups costs for chargeback and
+    ``target_steps`` projects the cost to that step (see :class:`~.spec.JobSpec`).
+    ``inputs`` (name -> numpy array, local path or URI) are recorded as the run's
+    datasets with a content or listing digest; ``model_fn(checkpoint_dir) -> model``
+    rebuilds the model from a checkpoint for :meth:`Job.register`.
 
     Raises
     ------
@@ -100,8 +108,12 @@ def launch(
         budget=budget,
         price_catalog=price_catalog,
         spot=spot,
+        project=project,
+        target_steps=target_steps,
     )
-    return get_manager(address, tracking_uri, storage).submit(fn, spec)
+    return get_manager(address, tracking_uri, storage).submit(
+        fn, spec, inputs=inputs, model_fn=model_fn
+    )
 
 
 def attach(job_id: str, address: str | None = None, tracking_uri: str | None = None) -> Job:

@@ -14,14 +14,18 @@ from .commands import (
     HelpShown,
     build_parser,
     chaos_text,
+    costs_text,
     first_line,
     format_status,
     format_table,
+    gc_text,
     help_text,
     is_service_error,
     parse,
+    register_text,
     services_text,
     spec_from_args,
+    split_inputs,
     stop_text,
 )
 from .jobs import JobNotFound
@@ -80,8 +84,9 @@ def _run(ns) -> int:
             if not isinstance(config, dict):
                 raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
         spec = spec_from_args(ns, fn.__name__, config, source)
+        model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
         job = api.get_manager(target["address"], target["tracking_uri"], ns.storage).submit(
-            fn, spec
+            fn, spec, inputs=split_inputs(ns.inputs), model_fn=model_fn
         )
         info = job.info()
         print(f"job {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
@@ -130,6 +135,30 @@ def _run(ns) -> int:
             raise CommandError(f"stop needs a job id (see `{PROG} list`).")
         info = api.get_manager(**target).stop(ns.job, now=ns.now, grace_s=ns.grace)
         print(stop_text(info, ns.now, ns.grace))
+    elif ns.command == "register":
+        from .models import register
+
+        if not ns.job:
+            raise CommandError(f"register needs a job id (see `{PROG} list`).")
+        model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
+        version = register(
+            api.get_manager(**target),
+            ns.job,
+            ns.name,
+            ns.checkpoint,
+            ns.metric,
+            ns.mode,
+            ns.alias,
+            model_fn,
+        )
+        print(register_text(version))
+    elif ns.command == "costs":
+        print(costs_text(api.get_manager(**target), ns))
+    elif ns.command == "gc":
+        from .models import collect_garbage
+
+        report = collect_garbage(api.get_manager(**target), ns.experiment, ns.keep, ns.all)
+        print(gc_text(report, ns.keep))
     elif ns.command == "services":
         print(services_text(ns.action))
     return 0

@@ -12,6 +12,7 @@ import shlex
 import time
 from typing import Any
 
+from .chargeback import GROUPS, SORT_KEYS
 from .spec import ON_STALL, JobSpec
 
 __all__ = [
@@ -19,6 +20,10 @@ __all__ = [
     "HelpShown",
     "build_parser",
     "chaos_text",
+    "costs_text",
+    "gc_text",
+    "register_text",
+    "split_inputs",
     "first_line",
     "format_status",
     "format_table",
@@ -133,6 +138,27 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         "--price-catalog", metavar="PATH", help="TOML prices (default: the example prices)"
     )
     launch.add_argument("--spot", action="store_true", help="workers on spot capacity")
+    launch.add_argument("--project", help="chargeback group (team, grant) for costs --by project")
+    launch.add_argument(
+        "--target-steps",
+        type=int,
+        metavar="N",
+        help="the step the job should reach: the dashboard projects its cost to it",
+    )
+    launch.add_argument(
+        "--input",
+        dest="inputs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME=DATA",
+        help="declare training data (a path, a URI or a variable) for lineage",
+    )
+    launch.add_argument(
+        "--model-fn",
+        metavar="FUNC",
+        help="function(checkpoint_dir) -> model, kept for register",
+    )
     launch.add_argument("--wait", action="store_true", help="block until the job ends")
     _add_target(launch)
 
@@ -163,6 +189,37 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         help="kill every worker process of the job on this node (IP or node id)",
     )
     _add_target(chaos)
+
+    register = sub.add_parser(
+        "register", help="register a job's checkpoint in the MLflow Model Registry"
+    )
+    register.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+    register.add_argument("--name", required=True, help="registered model name")
+    register.add_argument(
+        "--checkpoint", choices=["latest", "best"], default="latest", help="which checkpoint"
+    )
+    register.add_argument("--metric", help="with --checkpoint best: the metric to rank by")
+    register.add_argument("--mode", choices=["max", "min"], default="max")
+    register.add_argument("--alias", help="alias for the new version (e.g. champion)")
+    register.add_argument(
+        "--model-fn", metavar="FUNC", help="function(checkpoint_dir) -> model (default: launch's)"
+    )
+    _add_target(register)
+
+    costs = sub.add_parser("costs", help="cost report over jobs, with totals for chargeback")
+    costs.add_argument("--experiment", help="only this experiment's jobs")
+    costs.add_argument("--since", metavar="DATE", help="jobs started since (2026-11-01, 7d, 12h)")
+    costs.add_argument("--by", choices=GROUPS, help="totals per owner, experiment or project")
+    costs.add_argument("--owner", help="only this owner's jobs (default: everyone's)")
+    costs.add_argument("--sort", choices=SORT_KEYS, default="started", help="order of the rows")
+    costs.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
+    _add_target(costs)
+
+    gc = sub.add_parser("gc", help="delete checkpoints of finished jobs beyond --keep")
+    gc.add_argument("--experiment", help="only this experiment's jobs")
+    gc.add_argument("--keep", type=int, default=1, metavar="N", help="newest kept per job (1)")
+    gc.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
+    _add_target(gc)
 
     for name, text in (
         ("status", "state of a job"),
@@ -223,8 +280,8 @@ def parse(
     ns = parser.parse_args(argv) if argv else None
     if ns is None or ns.command is None:
         raise CommandError(
-            "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach"
-            " or services."
+            "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
+            " register, costs, gc or services."
         )
     if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
@@ -266,6 +323,57 @@ def spec_from_args(
         budget=ns.budget,
         price_catalog=ns.price_catalog or defaults.get("price_catalog"),
         spot=ns.spot,
+        project=ns.project or "",
+        target_steps=ns.target_steps,
+    )
+
+
+def split_inputs(items: list[str]) -> dict[str, str]:
+    """``["train=data/train", ...]`` -> ``{"train": "data/train"}``; raises CommandError."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier() or not value:
+            raise CommandError(f"--input takes NAME=DATA (a path, URI or variable), got {item!r}.")
+        out[name] = value
+    return out
+
+
+def costs_text(manager, ns) -> str:
+    """Run ``costs``: the report, and the CSV file when ``--csv`` was given."""
+    from . import chargeback
+
+    rows = chargeback.cost_rows(
+        manager, ns.experiment, chargeback.parse_since(ns.since), owner=ns.owner
+    )
+    rows = chargeback.sort_rows(rows, ns.sort)
+    text = chargeback.report_text(rows, ns.by)
+    if ns.csv:
+        path = chargeback.write_csv(rows, ns.csv)
+        text += f"\n{len(rows)} rows written to {path}"
+    return text
+
+
+def gc_text(report: list[dict], keep: int) -> str:
+    """What ``gc`` prints: per job the checkpoints deleted and kept, then the space freed."""
+    if not report:
+        return f"Nothing to delete: no finished job keeps more than {keep} checkpoint(s)."
+    lines = [
+        f"{r['job']}: deleted the checkpoints of steps {', '.join(map(str, r['deleted']))};"
+        f" kept {', '.join(map(str, r['kept']))}"
+        for r in report
+    ]
+    freed = sum(r["bytes_freed"] for r in report)
+    lines.append(f"freed {freed / 1e6:,.1f} MB")
+    return "\n".join(lines)
+
+
+def register_text(version: dict) -> str:
+    """What ``register`` prints: the new version and how to load it."""
+    alias = f" (alias {version['alias']})" if version["alias"] else ""
+    return (
+        f"registered {version['name']} version {version['version']}{alias} from the checkpoint"
+        f" of step {version['step']}; load it with mlflow.pyfunc.load_model({version['uri']!r})"
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import inspect
 import io
 import json
@@ -46,6 +45,9 @@ TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_TO_RUN = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "STOPPED": "KILLED"}
 _PACKAGE_EXCLUDES = ["__pycache__", "*.pyc", "labextension"]
 _PAYLOAD_ARTIFACTS = "trainfactory/payload"
+#: The payload file of the function that rebuilds a model from a checkpoint directory.
+MODEL_FN_FILE = "model_fn.pkl"
+_MAX_DIFF_CHARS = 5_000_000
 #: Lines Ray writes into worker logs to say which job, actor or task the lines belong to.
 _RAY_LOG_MARKERS = (":job_id:", ":actor_name:", ":task_name:", ":task_attempt")
 
@@ -127,26 +129,43 @@ def _payload_path(job_id: str) -> Path:
     return state_dir() / "jobs" / job_id / f"_tf_payload_{job_id.replace('-', '_')}"
 
 
-def _payload_dir(job_id: str, fn: Callable) -> Path:
+def _payload_dir(job_id: str, fn: Callable, model_fn: Callable | None = None) -> Path:
     """Write the job's payload as an importable package shipped with runtime_env py_modules.
 
-    The function is pickled first, so an unshippable one fails before a run exists;
-    ``job.json`` is added once the run id is known.
+    The function (and ``model_fn``, kept for ``register``) is pickled first, so an
+    unshippable one fails before a run exists; ``job.json`` is added once the run id is
+    known.
     """
     import cloudpickle
 
-    _ship_by_value(fn)
     path = _payload_path(job_id)
     path.mkdir(parents=True, exist_ok=True)
     (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
-    try:
-        (path / "function.pkl").write_bytes(cloudpickle.dumps(fn))
-    except Exception as exc:
-        shutil.rmtree(path.parent, ignore_errors=True)
-        raise SpecError(
-            f"The function or its config cannot be shipped to the cluster (cloudpickle: {exc})."
-        ) from exc
+    for name, item in (("function.pkl", fn), (MODEL_FN_FILE, model_fn)):
+        if item is None:
+            continue
+        _ship_by_value(item)
+        try:
+            (path / name).write_bytes(cloudpickle.dumps(item))
+        except Exception as exc:
+            shutil.rmtree(path.parent, ignore_errors=True)
+            what = "model_fn" if item is model_fn else "The function or its config"
+            raise SpecError(
+                f"{what} cannot be shipped to the cluster (cloudpickle: {exc})."
+            ) from exc
     return path
+
+
+def _log_payload(mlflow_client, run_id: str, payload: Path, meta: dict[str, Any]) -> None:
+    """The payload in the run's artifacts (a resume from another machine finds it there),
+    with ``meta`` (already redacted: secrets never reach MLflow) as its ``job.json``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "payload"
+        shutil.copytree(payload, copy, ignore=shutil.ignore_patterns("job.json", "__pycache__"))
+        (copy / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
+        mlflow_client.log_artifacts(run_id, str(copy), _PAYLOAD_ARTIFACTS)
 
 
 def _ship_by_value(fn: Callable) -> None:
@@ -172,6 +191,11 @@ def _ship_by_value(fn: Callable) -> None:
     if any(resolved.startswith(str(Path(p).resolve()) + os.sep) for p in installed):
         return
     cloudpickle.register_pickle_by_value(module)
+
+
+def _data_tag(data) -> dict[str, Any]:
+    """The run tag of one declared input: what ``register`` copies to a model version."""
+    return {"digest": data.digest, "digest_of": data.digest_of, "source": data.source}
 
 
 def _check_resources(nodes: list[dict[str, float]], spec: JobSpec) -> None:
@@ -379,8 +403,21 @@ class JobManager:
             time.sleep(0.5)
 
     # -- submit ------------------------------------------------------------------
-    def submit(self, fn: Callable[[dict], Any], spec: JobSpec) -> Job:
+    def submit(
+        self,
+        fn: Callable[[dict], Any],
+        spec: JobSpec,
+        inputs: dict[str, Any] | None = None,
+        model_fn: Callable[[str], Any] | None = None,
+    ) -> Job:
         """Validate, create the MLflow run, and submit ``fn`` as a detached Ray job.
+
+        ``inputs`` (name -> array, local path or URI) are recorded as the run's datasets
+        with a digest (``lineage.digest_input``); ``model_fn(checkpoint_dir)`` rebuilds the
+        trained model from one of the job's checkpoints for ``register``. The run gets the
+        code's versions (notebook and function hashes, git commit, branch, dirty flag and
+        diff); values under credential names and passwords in URLs are masked in
+        everything sent to MLflow (``redact``).
 
         Raises
         ------
@@ -388,9 +425,21 @@ class JobManager:
             Bad input, unreachable cluster or resources the cluster can never provide;
             nothing is submitted and no run is created.
         """
+        from . import lineage, redact
+
         if not callable(fn):
             raise SpecError(f"{spec.function_name!r} is not callable.")
+        if model_fn is not None and not callable(model_fn):
+            raise SpecError(f"model_fn must be a function, got {type(model_fn).__name__}.")
         spec.validate()
+        data = []
+        for name, value in (inputs or {}).items():
+            if not str(name).isidentifier():
+                raise SpecError(f"An input's name must be an identifier, got {name!r}.")
+            try:
+                data.append(lineage.digest_input(str(name), value))
+            except (ValueError, TypeError, OSError) as exc:
+                raise SpecError(f"Input {name!r}: {exc}") from None
         self.jobs_client  # noqa: B018 (reachability check before anything is created)
         if spec.storage is None and not self.local and self.storage is None:
             raise SpecError("A remote cluster needs --storage (a path all its nodes share).")
@@ -399,7 +448,7 @@ class JobManager:
         job_id = f"tf-{secrets.token_hex(4)}"
         submission_id = f"{job_id}-0"
         source = _function_source(fn)
-        sha = hashlib.sha256((source or repr(fn)).encode()).hexdigest()
+        code = lineage.code_version(spec.source, source or repr(fn))
         storage = spec.storage or self.storage
         meta = {
             "job_id": job_id,
@@ -417,27 +466,46 @@ class JobManager:
             TAG.OWNER: spec.owner,
             TAG.SOURCE: spec.source,
             TAG.FUNCTION: spec.function_name,
-            TAG.FUNCTION_SHA: sha,
             TAG.STATE: "PENDING",
             TAG.REASON: "submitted",
             TAG.WORKERS: str(spec.workers),
             "mlflow.user": spec.owner,
             "mlflow.source.name": spec.source or spec.function_name,
+            **code.tags(),
+            **{f"{TAG.DATA}{d.name}": json.dumps(_data_tag(d)) for d in data},
         }
-        payload = _payload_dir(job_id, fn)
+        if spec.project:
+            tags[TAG.PROJECT] = spec.project
+        if spec.target_steps:
+            tags[TAG.TARGET_STEPS] = str(spec.target_steps)
+        shown_meta, redacted = redact.redact_mapping(json.loads(json.dumps(meta, default=repr)))
+        if redacted:
+            tags[TAG.REDACTED] = json.dumps(redacted)[:5000]
+        payload = _payload_dir(job_id, fn, model_fn)
         try:
             run = tracking.create_job_run(
-                self._mlflow, spec.experiment, spec.run_name, tags, spec.params()
+                self._mlflow,
+                spec.experiment,
+                spec.run_name,
+                redact.redact_params(tags),
+                redact.redact_params(spec.params()),
             )
         except Exception as exc:
             shutil.rmtree(payload.parent, ignore_errors=True)
             raise SpecError(f"Cannot create the MLflow run at {self.tracking_uri}: {exc}") from exc
-        meta["run_id"] = run.info.run_id
+        meta["run_id"] = shown_meta["run_id"] = run.info.run_id
+        shown_meta["redacted"] = redacted
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
         if source:
             self._mlflow.log_text(run.info.run_id, source, "code/train_function.py")
-        # the payload in the run too: a resume from another machine finds it there
-        self._mlflow.log_artifacts(run.info.run_id, str(payload), _PAYLOAD_ARTIFACTS)
+        if code.git_diff:  # the uncommitted changes, URL credentials masked, at most 5 MB
+            diff = redact.mask_url(code.git_diff)
+            if len(diff) > _MAX_DIFF_CHARS:
+                diff = diff[:_MAX_DIFF_CHARS] + f"\n[cut at {_MAX_DIFF_CHARS} characters]\n"
+            self._mlflow.log_text(run.info.run_id, diff, "code/git_diff.patch")
+        if data:
+            tracking.log_data_inputs(self._mlflow, run.info.run_id, data)
+        _log_payload(self._mlflow, run.info.run_id, payload, shown_meta)
         try:
             self._submit(job_id, submission_id, run.info.run_id, spec, payload)
         except Exception as exc:
@@ -549,7 +617,22 @@ class JobManager:
         for item in Path(fetched).iterdir():  # <path>/trainfactory/payload/* -> <path>/*
             item.replace(path / item.name)
         shutil.rmtree(path / _PAYLOAD_ARTIFACTS.split("/")[0], ignore_errors=True)
+        redacted = json.loads((path / "job.json").read_text()).get("redacted")
+        if redacted:
+            shutil.rmtree(path.parent, ignore_errors=True)
+            raise SpecError(
+                f"Job {job_id}'s settings held secrets ({', '.join(redacted)}) that are never"
+                " stored in MLflow; resume it from the machine that launched it (its state"
+                " directory keeps them), or launch it again."
+            )
         return path
+
+    def model_fn(self, job_id: str, run_id: str):
+        """The ``model_fn`` given at launch (from the payload here or in the run), or None."""
+        import cloudpickle
+
+        path = self._payload(job_id, run_id) / MODEL_FN_FILE
+        return cloudpickle.loads(path.read_bytes()) if path.is_file() else None
 
     def chaos(
         self, job_id: str, rank: int | None = None, node: str | None = None, timeout: float = 60.0
@@ -957,6 +1040,21 @@ class Job:
         if board is not None and board.comm is not None:
             board.start()
         return self.status()
+
+    def register(
+        self,
+        name: str,
+        checkpoint: str = "latest",
+        metric: str | None = None,
+        mode: str = "max",
+        alias: str | None = None,
+        model_fn: Callable[[str], Any] | None = None,
+    ) -> dict[str, Any]:
+        """Register a checkpoint of this job in the MLflow Model Registry
+        (:func:`~.models.register`); returns the version's name, number, alias and URI."""
+        from .models import register
+
+        return register(self.manager, self.id, name, checkpoint, metric, mode, alias, model_fn)
 
     def chaos(self, rank: int | None = None, node: str | None = None) -> list[dict[str, Any]]:
         """Kill this job's worker of ``rank`` (or every one on ``node``): fault injection.

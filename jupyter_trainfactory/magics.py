@@ -17,14 +17,18 @@ from .commands import (
     HelpShown,
     build_parser,
     chaos_text,
+    costs_text,
     first_line,
     format_status,
     format_table,
+    gc_text,
     help_text,
     is_service_error,
     parse,
+    register_text,
     services_text,
     spec_from_args,
+    split_inputs,
     stop_text,
 )
 from .jobs import JobNotFound
@@ -48,6 +52,8 @@ class TrainMagics(Magics, Configurable):
     In [4]: %train logs --tail 20
     In [5]: %train stop
     In [6]: %train resume
+    In [7]: %train register --name digits --alias champion --model-fn build_model
+    In [8]: %train costs --by owner --since 7d
     """
 
     address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
@@ -129,16 +135,30 @@ class TrainMagics(Magics, Configurable):
     def _cmd_help(self, ns) -> None:
         print(help_text(self._parser, ns.topic))
 
+    def _function(self, name: str, what: str):
+        user_ns = self.shell.user_ns
+        if name not in user_ns:
+            raise CommandError(
+                f"{name!r} is not defined in this notebook; define the {what} first."
+            )
+        fn = user_ns[name]
+        if not callable(fn):
+            raise CommandError(f"{name!r} is a {type(fn).__name__}, not a function.")
+        return fn
+
+    def _inputs(self, items: list[str]) -> dict[str, Any]:
+        """``--input NAME=DATA``: a notebook variable when DATA names one, else a path or URI."""
+        user_ns = self.shell.user_ns
+        return {
+            name: user_ns[value] if value.isidentifier() and value in user_ns else value
+            for name, value in split_inputs(items).items()
+        }
+
     def _cmd_launch(self, ns):
         user_ns = self.shell.user_ns
-        if ns.target not in user_ns:
-            raise CommandError(
-                f"{ns.target!r} is not defined in this notebook; define the "
-                "training function first."
-            )
-        fn = user_ns[ns.target]
-        if not callable(fn):
-            raise CommandError(f"{ns.target!r} is a {type(fn).__name__}, not a function.")
+        fn = self._function(ns.target, "training function")
+        model_fn = self._function(ns.model_fn, "model_fn") if ns.model_fn else None
+        inputs = self._inputs(ns.inputs)
         config: Any = {}
         if ns.config:
             try:
@@ -150,7 +170,7 @@ class TrainMagics(Magics, Configurable):
             if not isinstance(config, dict):
                 raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
         spec = spec_from_args(ns, ns.target, config, self._source(), self._defaults())
-        job = self._manager(ns).submit(fn, spec)
+        job = self._manager(ns).submit(fn, spec, inputs=inputs, model_fn=model_fn)
         self._last_job = job.id
         self._show(job)
         return job
@@ -203,6 +223,32 @@ class TrainMagics(Magics, Configurable):
         self._last_job = job.id
         self._show(job)
         return job
+
+    def _cmd_register(self, ns) -> dict:
+        from .models import register
+
+        model_fn = self._function(ns.model_fn, "model_fn") if ns.model_fn else None
+        version = register(
+            self._manager(ns),
+            self._job_id(ns),
+            ns.name,
+            ns.checkpoint,
+            ns.metric,
+            ns.mode,
+            ns.alias,
+            model_fn,
+        )
+        print(register_text(version))
+        return version
+
+    def _cmd_costs(self, ns) -> None:
+        print(costs_text(self._manager(ns), ns))
+
+    def _cmd_gc(self, ns) -> None:
+        from .models import collect_garbage
+
+        report = collect_garbage(self._manager(ns), ns.experiment, ns.keep, all_users=ns.all)
+        print(gc_text(report, ns.keep))
 
     def _cmd_services(self, ns) -> None:
         # A cached manager notices stopped services itself (api.get_manager).

@@ -53,7 +53,9 @@ _SEPARATORS = re.compile(r"[_\-./\s]+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _CREDENTIAL_PARTS = tuple(tuple(word.split("_")) for word in CREDENTIAL_WORDS)
 # scheme://authority then the rest up to whitespace or a quote (RFC 3986 scheme syntax).
-_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<authority>[^\s/?#'\"<>]*)(?P<rest>[^\s'\"<>]*)")
+_URL = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<authority>[^\s/?#'\"<>]*)(?P<rest>[^\s'\"<>]*)"
+)
 _QUERY_PARAM = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&;#\s]+)=(?P<value>[^&;#\s]*)")
 # Schemes whose userinfo without a colon is the login user, never a credential.
 _LOGIN_USER_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git", "sftp", "scp"})
@@ -61,9 +63,7 @@ _LOGIN_USER_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git", "sftp", "scp"})
 
 def _name_parts(name: str) -> list[str]:
     """Lower-case parts of ``name``, split on ``_ - . /``, whitespace and camelCase."""
-    return [
-        word.lower() for chunk in _SEPARATORS.split(name) for word in _WORD.findall(chunk)
-    ]
+    return [word.lower() for chunk in _SEPARATORS.split(name) for word in _WORD.findall(chunk)]
 
 
 def is_secret_name(name: str) -> bool:
@@ -166,7 +166,9 @@ def _redact(value: Any, path: str, redacted: list[str]) -> Any:
             _redact(item, f"{path}.{i}" if path else str(i), redacted)
             for i, item in enumerate(value)
         ]
-        return items if isinstance(value, list) else type(value)(items)
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, str):
         masked = mask_url(value)
         if masked != value:

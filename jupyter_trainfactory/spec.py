@@ -127,6 +127,12 @@ class JobSpec:
         in the state directory if there is one, else the shipped example prices.
     spot : bool
         The workers run on preemptible (spot) capacity: spot prices apply.
+    project : str
+        Chargeback group (team, grant, cost centre) for ``%train costs --by project``
+        (tag ``trainfactory.project``; "" when not given).
+    target_steps : int or None
+        The step the job is expected to reach: the dashboard and the run
+        (``cost/projected_usd``) show what it will have cost by then.
     """
 
     function_name: str
@@ -154,6 +160,8 @@ class JobSpec:
     budget: float | None = None
     price_catalog: str | None = None
     spot: bool = False
+    project: str = ""
+    target_steps: int | None = None
     owner: str = field(default_factory=current_owner)
 
     def __post_init__(self) -> None:
@@ -224,6 +232,10 @@ class JobSpec:
         if self.price_catalog:
             self.price_catalog = str(Path(self.price_catalog).expanduser().resolve())
             self.catalog()  # a bad file is refused now, before anything is submitted
+        self.project = str(self.project or "").strip()
+        if self.target_steps is not None:
+            _check_number("target_steps", self.target_steps, 1, integer=True)
+            self.target_steps = int(self.target_steps)
         if self.on_stall == "restart" and self.max_failures == 0:
             raise SpecError(
                 "--on-stall restart restarts the workers, which uses the failure budget;"
@@ -279,6 +291,8 @@ class JobSpec:
             params["budget"] = f"{self.budget:g}"
         if self.spot:
             params["spot"] = "true"
+        if self.target_steps:
+            params["target_steps"] = str(self.target_steps)
         if self.stall_timeout:
             params["stall_timeout"] = f"{self.stall_timeout:g}"
             params["on_stall"] = self.on_stall

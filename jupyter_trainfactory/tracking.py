@@ -13,6 +13,7 @@ __all__ = [
     "experiment_id",
     "find_job_run",
     "latest_points",
+    "log_data_inputs",
     "metric_history",
     "run_url",
     "search_job_runs",
@@ -29,7 +30,7 @@ class TAG:
     OWNER = "trainfactory.owner"
     SOURCE = "trainfactory.source"
     FUNCTION = "trainfactory.function"
-    FUNCTION_SHA = "trainfactory.function_sha256"
+    FUNCTION_SHA = "trainfactory.code.function_sha256"  # written by lineage.CodeVersion
     STATE = "trainfactory.state"
     REASON = "trainfactory.reason"
     ERROR = "trainfactory.error"
@@ -52,6 +53,15 @@ class TAG:
     CHAOS_DONE = "trainfactory.chaos.done"  # JSON: id, killed ranks, error
     RESUMES = "trainfactory.resumes"  # number of resume submissions
     RESUME_SPEC = "trainfactory.resume.spec"  # JSON: the latest resume's changed options
+    ENV = "trainfactory.env."  # + python, ray, torch, cuda, nvidia_driver: as the workers see
+    PROJECT = "trainfactory.project"  # chargeback group given at launch
+    TARGET_STEPS = "trainfactory.target_steps"  # the step the user expects the job to reach
+    DATA = "trainfactory.data."  # + input name -> JSON: digest, digest_of, source
+    REDACTED = "trainfactory.redacted"  # JSON list: config/env paths whose values were masked
+    # JSON {"price_gb_month", "history": [[time, bytes kept], ...]}: storage after the job
+    STORAGE = "trainfactory.storage"
+    REGISTERED = "trainfactory.registered"  # on a checkpoint's LoggedModel: "NAME/VERSION"
+    DELETED = "trainfactory.checkpoint.deleted"  # on a checkpoint's LoggedModel: when
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,29 @@ def create_job_run(
     return mlflow_client.get_run(run.info.run_id)
 
 
+def log_data_inputs(mlflow_client, run_id: str, inputs: list) -> None:
+    """Record ``lineage.DataInput`` items as the run's datasets (``log_inputs``, context
+    ``training``): name, digest, source and profile, as the MLflow UI shows them."""
+    import json
+
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    datasets = [
+        DatasetInput(
+            Dataset(
+                name=d.name,
+                digest=d.digest[:36],  # MLflow keeps digests of at most 36 characters
+                source_type=d.source_type,
+                source=json.dumps({"uri": d.source, "digest": d.digest, "digest_of": d.digest_of}),
+                profile=json.dumps({**d.profile, "size_bytes": d.size_bytes}, default=str),
+            ),
+            tags=[InputTag("mlflow.data.context", "training")],
+        )
+        for d in inputs
+    ]
+    mlflow_client.log_inputs(run_id, datasets=datasets)
+
+
 def latest_points(run) -> list[MetricPoint]:
     """The latest value of every metric of ``run``, with its step (one ``get_run``)."""
     return [
@@ -144,17 +177,39 @@ def find_job_run(mlflow_client, job_id: str):
     return runs[0] if runs else None
 
 
-def search_job_runs(mlflow_client, owner: str | None = None, max_results: int = 200) -> list:
-    """Runs of trainfactory jobs, newest first; only ``owner``'s when given."""
-    ids = _all_experiment_ids(mlflow_client)
+def search_job_runs(
+    mlflow_client,
+    owner: str | None = None,
+    max_results: int = 200,
+    experiment_ids: list[str] | None = None,
+    since: float | None = None,
+) -> list:
+    """Runs of trainfactory jobs, newest first; only ``owner``'s when given, only in
+    ``experiment_ids`` when given, only those started at or after ``since`` (s since the
+    epoch) when given. ``max_results`` above 1,000 pages through MLflow's results."""
+    ids = experiment_ids or _all_experiment_ids(mlflow_client)
     if not ids:
         return []
     filt = f"tags.`{TAG.JOB_ID}` LIKE 'tf-%'"
     if owner:
         filt += f" AND tags.`{TAG.OWNER}` = '{owner.replace(chr(39), '')}'"
-    return mlflow_client.search_runs(
-        ids, filter_string=filt, max_results=max_results, order_by=["attributes.start_time DESC"]
-    )
+    if since is not None:
+        filt += f" AND attributes.start_time >= {int(since * 1000)}"
+    runs: list = []
+    token = None
+    while len(runs) < max_results:
+        page = mlflow_client.search_runs(
+            ids,
+            filter_string=filt,
+            max_results=min(1000, max_results - len(runs)),
+            order_by=["attributes.start_time DESC"],
+            page_token=token,
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    return runs
 
 
 def run_url(tracking_uri: str, run) -> str:

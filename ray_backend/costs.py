@@ -89,6 +89,10 @@ class CostMeter:
         self._sizes.append(nbytes)
         self._storage.append(StorageSample(when, sum(self._sizes[-self._keep :])))
 
+    def kept_bytes(self) -> float:
+        """Bytes of the checkpoints storage keeps now (the newest ``keep_checkpoints``)."""
+        return self._storage[-1].bytes if self._storage else 0.0
+
     def allocation(self) -> list[Allocation]:
         if self._held is None:
             return []
@@ -106,7 +110,7 @@ class CostMeter:
         """``Cost.metrics()`` plus what earlier submissions spent, and the budget share."""
         out = cost.metrics()
         for key, value in self._before.items():
-            if key != "cost/rate_per_h" and key != "cost/budget_fraction":
+            if key not in ("cost/rate_per_h", "cost/budget_fraction", "cost/projected_usd"):
                 out[key] = out.get(key, 0.0) + value
         if self.budget:
             out["cost/budget_fraction"] = out["cost/usd"] / self.budget

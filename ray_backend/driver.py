@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=int(meta.get("resume", 0)),
             cost=_cost_meter(meta),
             workers=int(meta["spec"]["workers"]),
+            target_steps=meta["spec"].get("target_steps"),
         )
     )
     ray.get(recorder.ping.remote())

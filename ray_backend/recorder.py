@@ -14,6 +14,7 @@ import zlib
 from collections import deque
 from typing import Any
 
+from jupyter_trainfactory.telemetry.cost import projected_cost
 from jupyter_trainfactory.telemetry.flops import flops_per_token, lookup_peak
 from jupyter_trainfactory.telemetry.goodput import (
     TIMELINE_TAG,
@@ -113,6 +114,7 @@ class RunRecorder:
         resume: int = 0,
         cost: CostMeter | None = None,
         workers: int | None = None,
+        target_steps: int | None = None,
     ):
         # Our own retry loop replaces the MLflow client's (7 retries, minutes of backoff):
         # a request fails fast and its points go back to the queue.
@@ -150,6 +152,8 @@ class RunRecorder:
         self._checkpoint_step: int | None = None
         self._checkpoint_models: deque = deque()  # checkpoints still to become LoggedModels
         self._run_info: tuple[str, str] | None = None  # (experiment id, job id)
+        self._texts: dict[str, str] = {}  # artifact path -> text still to be logged
+        self._pip_freeze = ""
         # node samples
         self._device_budget = device_points_per_s
         self._gpu_latest: dict[tuple[str, str], tuple[float, dict[str, float]]] = {}
@@ -203,6 +207,8 @@ class RunRecorder:
         self._inflight = 0
         self._wake = threading.Event()  # set by finish(): the loops end without a last sleep
         self._cost = cost
+        self._target_steps = target_steps
+        self._rate_anchor: tuple[float, int] | None = None  # (time, step) of the first step
         if resume:
             self._load_previous()
         self._flusher = threading.Thread(target=self._flush_loop, name="run-recorder", daemon=True)
@@ -226,6 +232,16 @@ class RunRecorder:
         """Record run tags (values cut to 5,000 characters)."""
         with self._lock:
             self._tags.update({k: str(v)[:5000] for k, v in tags.items()})
+
+    def set_environment(self, versions: dict[str, str], pip_freeze: str) -> None:
+        """Record what the workers run with: tags ``trainfactory.env.<name>`` (Python, Ray,
+        PyTorch, CUDA, driver; ``lineage.environment``) and the artifact
+        ``environment/pip_freeze.txt`` (credentials in URLs already masked by the worker)."""
+        with self._lock:
+            self._tags.update({f"{TAG.ENV}{k}": str(v)[:500] for k, v in versions.items() if v})
+            if pip_freeze and pip_freeze != self._pip_freeze:
+                self._pip_freeze = pip_freeze
+                self._texts["environment/pip_freeze.txt"] = pip_freeze
 
     def report(
         self,
@@ -282,7 +298,9 @@ class RunRecorder:
                 self._add_user("checkpoint/step", step, step, now)
                 values = {k: to_float(v) for k, v in rank0.items() if k not in RESERVED_KEYS}
                 metrics = {
-                    self._keys(k): v for k, v in values.items() if v is not None and math.isfinite(v)
+                    self._keys(k): v
+                    for k, v in values.items()
+                    if v is not None and math.isfinite(v)
                 }
                 self._checkpoint_models.append((step, checkpoint_path, now, metrics))
                 self._tags.update(
@@ -748,6 +766,19 @@ class RunRecorder:
         self._tags.update(self._cost.tags(cost))
         if self._stop is None and self._cost.over_budget(metrics["cost/usd"], cost.rate_per_h, now):
             self._budget_stop = metrics["cost/usd"]
+        step = max(self._global_step, self._last_report_step)
+        if self._target_steps and step > 0:
+            if self._rate_anchor is None:
+                self._rate_anchor = (now, step)
+            t0, s0 = self._rate_anchor
+            if now > t0 and step > s0:
+                metrics["cost/projected_usd"] = projected_cost(
+                    metrics["cost/usd"],
+                    cost.rate_per_h,
+                    step,
+                    self._target_steps,
+                    (step - s0) / (now - t0),
+                )
         return metrics
 
     def _with_previous(self, values: dict[str, float]) -> dict[str, float]:
@@ -855,7 +886,14 @@ class RunRecorder:
                 self._tags[TAG.ERROR] = error[:4000]
             self._closed = True
             if self._cost is not None:
-                self._cost.released(time.time())
+                now = time.time()
+                self._cost.released(now)
+                # storage goes on costing after the job, until `%train gc` frees it
+                storage = {
+                    "price_gb_month": self._cost.catalog.storage_gb_month,
+                    "history": [[round(now, 3), self._cost.kept_bytes()]],
+                }
+                self._tags[TAG.STORAGE] = json.dumps(storage)
         self._wake.set()
         deadline = time.monotonic() + timeout_s
         self._flusher.join(timeout=timeout_s)  # a flush in flight holds points: let it end
@@ -1070,6 +1108,12 @@ class RunRecorder:
         with self._lock:
             self._inflight = 0
         self._log_checkpoint_models()
+        while self._texts:
+            path, text = next(iter(self._texts.items()))
+            self._client.log_text(self.run_id, text, path)
+            with self._lock:
+                if self._texts.get(path) is text:
+                    del self._texts[path]
         if self._offline_since is not None:
             self._back_online(queued)
 
@@ -1100,10 +1144,7 @@ class RunRecorder:
                 },
             )
             ms = int(when * 1000)
-            points = [
-                Metric(k, v, ms, step, model_id=model.model_id)
-                for k, v in metrics.items()
-            ]
+            points = [Metric(k, v, ms, step, model_id=model.model_id) for k, v in metrics.items()]
             if points:
                 self._client.log_batch(self.run_id, metrics=points[:MAX_BATCH_METRICS])
             self._client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)

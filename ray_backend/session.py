@@ -723,6 +723,10 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
         pass
     if rank == 0 and recorder is not None:
         recorder.set_state.remote("RUNNING", "")
+        from jupyter_trainfactory import lineage
+
+        # versions as the workers see them (the notebook's may differ)
+        recorder.set_environment.remote(lineage.environment(), lineage.pip_freeze())
     undo = _patch_ray(telemetry)
     telemetry.start()
     try:

@@ -1,5 +1,6 @@
 """Secret redaction (redact): names, URLs, nested mappings and flat params."""
 
+import collections
 import copy
 
 import pytest
@@ -85,7 +86,10 @@ def test_is_secret_name_rejects_non_strings():
         ("https://user:pass@host/x", "https://user:***@host/x"),
         ("https://TOKEN@github.com/x", "https://***@github.com/x"),
         ("git+https://u:p@h/r.git@v1", "git+https://u:***@h/r.git@v1"),
-        ("pkg @ git+https://ghp_abc@github.com/o/r.git@v1", "pkg @ git+https://***@github.com/o/r.git@v1"),
+        (
+            "pkg @ git+https://ghp_abc@github.com/o/r.git@v1",
+            "pkg @ git+https://***@github.com/o/r.git@v1",
+        ),
         ("https://u:p@ss@host:8080/x", "https://u:***@host:8080/x"),  # unescaped "@"
         ("https://h/x?token=abc&x=1", "https://h/x?token=***&x=1"),
         ("https://h/x?a=1&access_token=abc#frag", "https://h/x?a=1&access_token=***#frag"),
@@ -161,6 +165,13 @@ def test_redact_mapping_copies_deeply_and_paths_have_no_prefix_by_default():
     out["inner"]["values"].append(3)
     assert data["inner"]["values"] == [1, 2]
     assert paths == ["token"]
+
+
+def test_redact_mapping_keeps_named_tuples():
+    Pair = collections.namedtuple("Pair", "url size")
+    out, paths = redact_mapping({"mirror": Pair("https://u:p@h/x", 3)})
+    assert out == {"mirror": Pair("https://u:***@h/x", 3)} and type(out["mirror"]) is Pair
+    assert paths == ["mirror.0"]
 
 
 def test_redact_mapping_rejects_non_mappings():

@@ -178,3 +178,60 @@ def hanging_loop(config):
                 with open(os.path.join(tmp, "step"), "w") as f:
                     f.write(str(i))
                 trainfactory.save_checkpoint({"step": i}, tmp if rank == 0 else None)
+
+
+class DigitsNet:
+    """Built lazily (torch is imported inside): a 64-128-10 MLP for the digits data."""
+
+    @staticmethod
+    def build():
+        from torch import nn
+
+        return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def digits_loop(config):
+    """Trains DigitsNet on scikit-learn's digits with DDP; a checkpoint (``state.pt``:
+    the model's state dict) and ``val_accuracy`` every epoch."""
+    import tempfile
+
+    import ray.train.torch
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    x, y = load_digits(return_X_y=True)
+    x_train, x_val, y_train, y_val = train_test_split(x / 16.0, y, test_size=0.2, random_state=0)
+    train = TensorDataset(torch.tensor(x_train, dtype=torch.float32), torch.tensor(y_train))
+    x_val, y_val = torch.tensor(x_val, dtype=torch.float32), torch.tensor(y_val)
+    loader = ray.train.torch.prepare_data_loader(DataLoader(train, batch_size=64, shuffle=True))
+    model = ray.train.torch.prepare_model(DigitsNet.build())
+    inner = model.module if hasattr(model, "module") else model
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
+    rank = ray.train.get_context().get_world_rank()
+    for epoch in range(config["epochs"]):
+        if ray.train.get_context().get_world_size() > 1:
+            loader.sampler.set_epoch(epoch)
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+        with torch.no_grad():
+            accuracy = (inner(x_val).argmax(dim=1) == y_val).float().mean().item()
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = None
+            if rank == 0:
+                torch.save(inner.state_dict(), f"{d}/state.pt")
+                ckpt = ray.train.Checkpoint.from_directory(d)
+            ray.train.report({"step": epoch + 1, "val_accuracy": accuracy}, checkpoint=ckpt)
+
+
+def build_digits_model(checkpoint_dir):
+    """``model_fn``: DigitsNet with the weights of a ``digits_loop`` checkpoint."""
+    import torch
+
+    model = DigitsNet.build()
+    model.load_state_dict(torch.load(f"{checkpoint_dir}/state.pt"))
+    return model.eval()

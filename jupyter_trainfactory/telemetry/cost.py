@@ -39,6 +39,7 @@ __all__ = [
     "hourly_rate",
     "meter",
     "projected_cost",
+    "storage_cost",
 ]
 
 #: The dashboard warns when a job has spent this share of its budget.
@@ -402,3 +403,16 @@ def projected_cost(
         return None
     remaining_s = max(0.0, target_step - step) / steps_per_s
     return cost_so_far + rate_per_h * remaining_s / 3600.0
+
+
+def storage_cost(history: Sequence[Sequence[float]], price_gb_month: float, until: float) -> float:
+    """Cost of keeping checkpoints after a job: ``history`` is ``[[time, bytes], ...]``
+    (from ``time`` on, ``bytes`` are kept; times in s since the epoch, ascending), priced
+    at ``price_gb_month`` per GB (1e9 bytes) per month of :data:`HOURS_PER_MONTH` hours,
+    up to ``until``. The storage part of a cost report; ``%train gc`` appends a point."""
+    total = 0.0
+    for i, (start, nbytes) in enumerate(history):
+        end = history[i + 1][0] if i + 1 < len(history) else until
+        hours = max(0.0, min(end, until) - start) / 3600.0
+        total += nbytes / _GB * price_gb_month * hours / HOURS_PER_MONTH
+    return total
