@@ -41,6 +41,16 @@ def _job_count(manager):
         ("launch train --on-stall stop", "--on-stall stop needs --stall-timeout SECONDS"),
         ("launch train --stall-timeout 30 --on-stall restart", "set --max-failures"),
         ("launch train --stall-timeout 0", "stall_timeout must be at least 1"),
+        ("launch train --input data", "--input takes NAME=DATA"),
+        ("launch train --input train=/no/such/data", "Input 'train': "),
+        ("launch train --model-fn nope", "'nope' is not defined in this notebook"),
+        ("launch train --target-steps 0", "target_steps must be at least 1"),
+        ("register tf-00000000", "the following arguments are required: --name"),
+        ("register tf-00000000 --name m", "No job tf-00000000 is recorded"),
+        ("register tf-00000000 --name m --alias 1x", "An alias is a letter"),
+        ("costs --since lastweek", "--since takes a date"),
+        ("costs --experiment no-such-experiment", "No experiment 'no-such-experiment'"),
+        ("gc --keep 0", "--keep must be a whole number of at least 1"),
     ],
 )
 def test_bad_input_is_one_usage_error_and_submits_nothing(ip, manager, line, message):

@@ -419,6 +419,25 @@ def test_cost_is_metered_live_and_a_budget_asks_for_a_stop(store):
     assert rec.stop_status()["reason"] == "budget"
 
 
+def test_cost_is_projected_to_the_target_step(store):
+    from jupyter_trainfactory.telemetry.cost import EXAMPLE_CATALOG
+    from ray_backend.costs import CostMeter
+
+    uri, client, run_id = store
+    meter = CostMeter(EXAMPLE_CATALOG, workers=2, gpus_per_worker=1, cpus_per_worker=4)
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600, cost=meter, target_steps=100)
+    rec.set_state("RUNNING")
+    rec.worker_batch(0, {"device": {"device_name": "NVIDIA H200"}})
+    t = time.time()
+    rec.report([{"step": 10}], None, t)
+    rec._derive(t)  # the first step seen: the rate is measured from here
+    rec.report([{"step": 20}], None, t + 360)
+    rec._derive(t + 360)  # 10 steps in 360 s; 80 steps to go: 2880 s at $8.00/h = $6.40
+    rec.flush()
+    m = client.get_run(run_id).data.metrics
+    assert m["cost/projected_usd"] == pytest.approx(m["cost/usd"] + 6.40, rel=1e-6)
+
+
 def test_plain_ray_train_reports_are_the_steps_of_goodput(store):
     # a loop with ray.train.report only (no trainfactory.step): each report is a step
     uri, client, run_id = store

@@ -1,0 +1,36 @@
+"""Choosing a checkpoint to register (pure) and refusing bad register arguments."""
+
+import pytest
+
+from jupyter_trainfactory.models import CheckpointModel, pick
+from jupyter_trainfactory.spec import SpecError
+
+
+def ckpt(step, acc=None, exists=True):
+    metrics = {"val_accuracy": acc} if acc is not None else {}
+    return CheckpointModel(f"m-{step}", step, f"/ckpt/{step}", float(step), metrics, exists)
+
+
+def test_latest_is_the_newest_kept():
+    items = [ckpt(1), ckpt(2), ckpt(3, exists=False)]
+    assert pick(items).step == 2
+
+
+def test_best_by_metric_and_mode():
+    items = [ckpt(1, 0.5), ckpt(2, 0.9), ckpt(3, 0.7), ckpt(4, 0.95, exists=False)]
+    assert pick(items, "best", "val_accuracy", "max").step == 2  # 4 is gone from storage
+    assert pick(items, "best", "val_accuracy", "min").step == 1
+    assert pick([ckpt(1, 0.9), ckpt(2, 0.9)], "best", "val_accuracy").step == 2  # tie: newer
+
+
+def test_bad_choices_say_what_to_do():
+    with pytest.raises(SpecError, match="no checkpoint left"):
+        pick([ckpt(1, exists=False)])
+    with pytest.raises(SpecError, match="needs --metric"):
+        pick([ckpt(1, 0.5)], "best")
+    with pytest.raises(SpecError, match="reported with them: val_accuracy"):
+        pick([ckpt(1, 0.5)], "best", "loss")
+    with pytest.raises(SpecError, match="latest or best"):
+        pick([ckpt(1)], "first")
+    with pytest.raises(SpecError, match="max or min"):
+        pick([ckpt(1, 0.5)], "best", "val_accuracy", "up")
