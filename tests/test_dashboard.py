@@ -320,6 +320,17 @@ def test_cost_and_a_budget_warning_in_the_header(run):
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
     header = board._header.value
     assert "cost</b> 12.50 EUR · 28.80 EUR/h · wasted 1.25 EUR of a 15 EUR budget" in header
+    assert "by step" not in header  # no --target-steps given
     assert "(example prices)" in header
     assert "budget</b>: 85 % spent" in header
+    board.close()
+
+
+def test_projected_cost_to_the_target_step(run):
+    uri, client, run_id = run
+    values = {"cost/usd": 2.0, "cost/rate_per_h": 8.0, "cost/projected_usd": 6.4}
+    client.log_batch(run_id, metrics=[Metric(k, v, 1000, 1) for k, v in values.items()])
+    client.set_tag(run_id, "trainfactory.target_steps", "100")
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "2.00 USD · 8.00 USD/h · 6.40 USD by step 100" in board._header.value
     board.close()

@@ -371,6 +371,9 @@ class JobDashboard(widgets.VBox):
             text += f" · wasted {v('cost/wasted_usd'):,.2f} {cur}"
         if tags.get("trainfactory.cost.budget"):
             text += f" of a {html.escape(tags['trainfactory.cost.budget'])} {cur} budget"
+        target = tags.get("trainfactory.target_steps")
+        if target and v("cost/projected_usd") is not None:
+            text += f" · {v('cost/projected_usd'):,.2f} {cur} by step {html.escape(target)}"
         if "example" in catalog:
             text += " (example prices)"
         return text
