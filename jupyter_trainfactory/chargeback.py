@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .spec import SpecError
-from .telemetry.cost import storage_cost
+from .telemetry.cost import money, storage_cost
 from .tracking import TAG
 
 __all__ = ["GROUPS", "SORT_KEYS", "CostRow", "cost_rows", "parse_since", "totals", "write_csv"]
@@ -173,10 +173,10 @@ def write_csv(rows: list[CostRow], path: str | Path) -> Path:
 
 
 def table_rows(rows: list[CostRow]) -> list[dict[str, str]]:
-    """Printable cells of the rows (money to the cent, ETTR as a percentage)."""
+    """Printable cells of the rows (:func:`~.telemetry.cost.money`, ETTR in %)."""
 
-    def money(value: float, currency: str) -> str:
-        return f"{value:,.2f} {currency}"
+    def amount(value: float, currency: str) -> str:
+        return f"{money(value)} {currency}"
 
     return [
         {
@@ -186,8 +186,8 @@ def table_rows(rows: list[CostRow]) -> list[dict[str, str]]:
             "project": r.project or "-",
             "state": r.state,
             "accel_h": f"{r.accelerator_hours:.3f}",
-            "cost": money(r.cost, r.currency),
-            "wasted": money(r.wasted, r.currency),
+            "cost": amount(r.cost, r.currency),
+            "wasted": amount(r.wasted, r.currency),
             "ettr": "-" if r.ettr is None else f"{100 * r.ettr:.0f} %",
             "tokens_per_cost": "-" if r.tokens_per_cost is None else f"{r.tokens_per_cost:,.0f}",
         }
@@ -209,8 +209,8 @@ def report_text(rows: list[CostRow], by: str | None = None) -> str:
                 by: g[by],
                 "jobs": str(g["jobs"]),
                 "accel_h": f"{g['accelerator_hours']:.3f}",
-                "cost": f"{g['cost']:,.2f} {g['currency']}",
-                "wasted": f"{g['wasted']:,.2f} {g['currency']}",
+                "cost": f"{money(g['cost'])} {g['currency']}",
+                "wasted": f"{money(g['wasted'])} {g['currency']}",
             }
             for g in totals(rows, by)
         ]

@@ -27,6 +27,7 @@ from typing import Any
 from . import tracking
 from .services import ServiceProcess, Services, ensure_services, state_dir
 from .spec import JobSpec, SpecError, current_owner
+from .telemetry.cost import money
 from .tracking import TAG
 
 __all__ = [
@@ -293,12 +294,12 @@ def _cost_text(metrics: dict[str, float], tags: dict[str, str]) -> str:
     currency = tags.get("trainfactory.cost.currency", "USD")
     notes = []
     if metrics.get("cost/wasted_usd"):
-        notes.append(f"{metrics['cost/wasted_usd']:,.2f} wasted")
+        notes.append(f"{money(metrics['cost/wasted_usd'])} wasted")
     if tags.get("trainfactory.cost.budget"):
         notes.append(f"budget {tags['trainfactory.cost.budget']}")
     if "example" in tags.get("trainfactory.cost.catalog", ""):
         notes.append("example prices")
-    text = f"{metrics['cost/usd']:,.2f} {currency}"
+    text = f"{money(metrics['cost/usd'])} {currency}"
     return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -371,7 +372,7 @@ class JobManager:
                 ) from exc
         return self._jobs_client
 
-    def _node_resources(self, settle_s: float = 15.0) -> list[dict[str, float]]:
+    def _node_resources(self, settle_s: float = 45.0) -> list[dict[str, float]]:
         """Total resources of each alive node.
 
         A head started a moment ago lists itself before its resources are registered;

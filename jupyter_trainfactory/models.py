@@ -126,16 +126,23 @@ def pick(
 
 
 @contextlib.contextmanager
-def _tracking_uri(uri: str):
-    """MLflow's fluent API (which ``log_model`` uses) pointed at ``uri`` for a while."""
+def _mlflow_at(uri: str):
+    """MLflow's fluent API (which ``log_model`` uses) pointed at ``uri`` for a while, its
+    log quiet below errors (the pickle-format notice and the wait for a version to be
+    ready are MLflow's own chatter; ``register`` says what it did)."""
+    import logging
+
     import mlflow
 
-    previous = mlflow.get_tracking_uri()
+    log = logging.getLogger("mlflow")
+    previous, level = mlflow.get_tracking_uri(), log.level
     mlflow.set_tracking_uri(uri)
+    log.setLevel(logging.ERROR)
     try:
         yield
     finally:
         mlflow.set_tracking_uri(previous)
+        log.setLevel(level)
 
 
 def _log_model(model: Any, model_id: str) -> None:
@@ -152,12 +159,19 @@ def _log_model(model: Any, model_id: str) -> None:
         import mlflow.pytorch
 
         _ship_by_value(type(model))  # a fresh process need not import the notebook's files
+        import cloudpickle
+
+        # cloudpickle (MLflow's pickle module for PyTorch) keeps classes defined in a
+        # notebook; the local version label (+cpu, +cu124) is not installable from PyPI
         mlflow.pytorch.log_model(
             model,
             name="model",
             model_id=model_id,
             serialization_format="pickle",
-            pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+            pip_requirements=[
+                f"torch=={torch.__version__.split('+')[0]}",
+                f"cloudpickle=={cloudpickle.__version__}",
+            ],
         )
     elif isinstance(model, mlflow.pyfunc.PythonModel):
         mlflow.pyfunc.log_model(name="model", python_model=model, model_id=model_id)
@@ -222,7 +236,7 @@ def register(
                 f"model_fn failed on the checkpoint of step {chosen.step}:"
                 f" {type(exc).__name__}: {exc}"
             ) from None
-    with _tracking_uri(manager.tracking_uri):
+    with _mlflow_at(manager.tracking_uri):
         _log_model(model, chosen.model_id)
     tags = {
         TAG.JOB_ID: job_id,
@@ -240,13 +254,14 @@ def register(
 
     with contextlib.suppress(MlflowException):  # it exists already
         client.create_registered_model(name)
-    version = client.create_model_version(
-        name,
-        source=f"models:/{chosen.model_id}",
-        run_id=run.info.run_id,
-        tags=tags,
-        model_id=chosen.model_id,
-    )
+    with _mlflow_at(manager.tracking_uri):
+        version = client.create_model_version(
+            name,
+            source=f"models:/{chosen.model_id}",
+            run_id=run.info.run_id,
+            tags=tags,
+            model_id=chosen.model_id,
+        )
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
     client.set_logged_model_tags(chosen.model_id, {TAG.REGISTERED: f"{name}/{version.version}"})

@@ -176,3 +176,12 @@ def test_status_says_what_a_job_cost():
     metrics = {"cost/usd": 1234.5, "cost/wasted_usd": 12.25}
     assert _cost_text(metrics, tags) == "1,234.50 EUR (12.25 wasted; budget 15; example prices)"
     assert _cost_text({}, tags) == ""
+
+
+def test_money_shows_cents_or_two_significant_digits():
+    from jupyter_trainfactory.telemetry.cost import money
+
+    assert money(1234.5) == "1,234.50"
+    assert money(0.0) == "0.00"
+    assert money(0.05) == "0.05"
+    assert money(0.000712) == "0.00071"

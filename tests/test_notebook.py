@@ -34,6 +34,9 @@ def test_quickstart_notebook_reaches_090(services):
     assert "SUCCEEDED, run FINISHED" in result.stdout
     accuracy = float(result.stdout.split("final validation accuracy: ")[1].split()[0])
     assert accuracy >= 0.90
+    # the best checkpoint, registered under an alias, loads and predicts
+    registered = result.stdout.split("models:/digits-quickstart@champion (version ")[1]
+    assert float(registered.split("accuracy ")[1].split()[0]) >= 0.90
 
 
 @pytest.mark.job

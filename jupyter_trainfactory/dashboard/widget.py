@@ -15,7 +15,7 @@ import threading
 
 import ipywidgets as widgets
 
-from ..telemetry.cost import BUDGET_WARN_FRACTION
+from ..telemetry.cost import BUDGET_WARN_FRACTION, money
 from ..telemetry.goodput import CATEGORY_CODES, TIMELINE_TAG
 from ..tracking import TAG
 from .model import DEFAULT_ROLLOVER, DashboardModel, RunSource, Snapshot
@@ -364,16 +364,16 @@ class JobDashboard(widgets.VBox):
         cur = html.escape(tags.get("trainfactory.cost.currency", "USD"))
         catalog = html.escape(tags.get("trainfactory.cost.catalog", ""))
         text = (
-            f'<b title="price catalog: {catalog}">cost</b> {v("cost/usd"):,.2f} {cur}'
-            f" · {v('cost/rate_per_h') or 0:,.2f} {cur}/h"
+            f'<b title="price catalog: {catalog}">cost</b> {money(v("cost/usd"))} {cur}'
+            f" · {money(v('cost/rate_per_h') or 0)} {cur}/h"
         )
         if v("cost/wasted_usd"):
-            text += f" · wasted {v('cost/wasted_usd'):,.2f} {cur}"
+            text += f" · wasted {money(v('cost/wasted_usd'))} {cur}"
         if tags.get("trainfactory.cost.budget"):
             text += f" of a {html.escape(tags['trainfactory.cost.budget'])} {cur} budget"
         target = tags.get("trainfactory.target_steps")
         if target and v("cost/projected_usd") is not None:
-            text += f" · {v('cost/projected_usd'):,.2f} {cur} by step {html.escape(target)}"
+            text += f" · {money(v('cost/projected_usd'))} {cur} by step {html.escape(target)}"
         if "example" in catalog:
             text += " (example prices)"
         return text

@@ -39,6 +39,7 @@ __all__ = [
     "hourly_rate",
     "meter",
     "projected_cost",
+    "money",
     "storage_cost",
 ]
 
@@ -416,3 +417,11 @@ def storage_cost(history: Sequence[Sequence[float]], price_gb_month: float, unti
         hours = max(0.0, min(end, until) - start) / 3600.0
         total += nbytes / _GB * price_gb_month * hours / HOURS_PER_MONTH
     return total
+
+
+def money(amount: float) -> str:
+    """An amount for people: to the cent (``1,234.50``), or to 2 significant digits when it
+    is less than a cent (``0.00071``), so a small CPU job does not read as free."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return f"{amount:,.2f}"
+    return f"{amount:.2g}"
