@@ -110,12 +110,7 @@ def cost_rows(
 
     client = manager._mlflow
     names: dict[str, str] = {}
-    ids = None
-    if experiment:
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            raise SpecError(f"No experiment {experiment!r} at {manager.tracking_uri}.")
-        ids = [exp.experiment_id]
+    ids = manager.experiment_ids(experiment)
     runs = tracking.search_job_runs(client, owner, limit, experiment_ids=ids, since=since)
     now = time.time()
     rows = []

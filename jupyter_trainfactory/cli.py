@@ -22,6 +22,7 @@ from .commands import (
     help_text,
     is_service_error,
     parse,
+    register_from_args,
     register_text,
     services_text,
     spec_from_args,
@@ -136,22 +137,10 @@ def _run(ns) -> int:
         info = api.get_manager(**target).stop(ns.job, now=ns.now, grace_s=ns.grace)
         print(stop_text(info, ns.now, ns.grace))
     elif ns.command == "register":
-        from .models import register
-
         if not ns.job:
             raise CommandError(f"register needs a job id (see `{PROG} list`).")
         model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
-        version = register(
-            api.get_manager(**target),
-            ns.job,
-            ns.name,
-            ns.checkpoint,
-            ns.metric,
-            ns.mode,
-            ns.alias,
-            model_fn,
-        )
-        print(register_text(version))
+        print(register_text(register_from_args(api.get_manager(**target), ns.job, ns, model_fn)))
     elif ns.command == "costs":
         print(costs_text(api.get_manager(**target), ns))
     elif ns.command == "gc":

@@ -22,6 +22,7 @@ __all__ = [
     "chaos_text",
     "costs_text",
     "gc_text",
+    "register_from_args",
     "register_text",
     "split_inputs",
     "first_line",
@@ -366,6 +367,13 @@ def gc_text(report: list[dict], keep: int) -> str:
     freed = sum(r["bytes_freed"] for r in report)
     lines.append(f"freed {freed / 1e6:,.1f} MB")
     return "\n".join(lines)
+
+
+def register_from_args(manager, job_id: str, ns: argparse.Namespace, model_fn) -> dict:
+    """Run ``register`` with its parsed options (:func:`~.models.register`)."""
+    from .models import register
+
+    return register(manager, job_id, ns.name, ns.checkpoint, ns.metric, ns.mode, ns.alias, model_fn)
 
 
 def register_text(version: dict) -> str:

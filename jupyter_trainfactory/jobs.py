@@ -628,6 +628,17 @@ class JobManager:
             )
         return path
 
+    def experiment_ids(self, name: str | None) -> list[str] | None:
+        """``[id]`` of experiment ``name``; None for no name (every experiment).
+
+        Raises SpecError when the tracking server has no such experiment."""
+        if not name:
+            return None
+        exp = self._mlflow.get_experiment_by_name(name)
+        if exp is None:
+            raise SpecError(f"No experiment {name!r} at {self.tracking_uri}.")
+        return [exp.experiment_id]
+
     def model_fn(self, job_id: str, run_id: str):
         """The ``model_fn`` given at launch (from the payload here or in the run), or None."""
         import cloudpickle

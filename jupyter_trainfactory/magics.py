@@ -25,6 +25,7 @@ from .commands import (
     help_text,
     is_service_error,
     parse,
+    register_from_args,
     register_text,
     services_text,
     spec_from_args,
@@ -225,19 +226,8 @@ class TrainMagics(Magics, Configurable):
         return job
 
     def _cmd_register(self, ns) -> dict:
-        from .models import register
-
         model_fn = self._function(ns.model_fn, "model_fn") if ns.model_fn else None
-        version = register(
-            self._manager(ns),
-            self._job_id(ns),
-            ns.name,
-            ns.checkpoint,
-            ns.metric,
-            ns.mode,
-            ns.alias,
-            model_fn,
-        )
+        version = register_from_args(self._manager(ns), self._job_id(ns), ns, model_fn)
         print(register_text(version))
         return version
 

@@ -299,14 +299,10 @@ def collect_garbage(
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise SpecError(f"--keep must be a whole number of at least 1, got {keep!r}.")
     client = manager._mlflow
-    experiment_ids = None
-    if experiment:
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            raise SpecError(f"No experiment {experiment!r} at {manager.tracking_uri}.")
-        experiment_ids = [exp.experiment_id]
     runs = tracking.search_job_runs(
-        client, None if all_users else current_owner(), experiment_ids=experiment_ids
+        client,
+        None if all_users else current_owner(),
+        experiment_ids=manager.experiment_ids(experiment),
     )
     report = []
     for run in runs:
