@@ -2,7 +2,8 @@
 
 A name is a secret's name when one of :data:`CREDENTIAL_WORDS` is a whole part of it
 (``HF_TOKEN``, ``apiToken``, ``config.db.password``), not merely a substring of it
-(``key_dim``, ``tokenizer``, ``monkey`` stay visible). A value under such a name is
+(``key_dim``, ``tokenizer``, ``monkey`` stay visible), nor ``token`` as a quantity
+(``flops_per_token``, ``eos_token_id``, ``max_token_len``). A value under such a name is
 replaced by :data:`MASK`; credentials embedded in URLs (``https://user:pass@host``,
 ``https://TOKEN@host``, ``?access_token=...``) are masked wherever a text holds them.
 
@@ -91,9 +92,24 @@ def is_secret_name(name: str) -> bool:
     parts = _name_parts(name)
     for word in _CREDENTIAL_PARTS:
         n = len(word)
-        if any(tuple(parts[i : i + n]) == word for i in range(len(parts) - n + 1)):
-            return True
+        for i in range(len(parts) - n + 1):
+            if tuple(parts[i : i + n]) == word and not _token_quantity(parts, i, word):
+                return True
     return False
+
+
+#: ``token`` between these words is a language-model quantity, not a credential:
+#: ``flops_per_token``, ``eos_token_id``, ``max_token_len``.
+_TOKEN_BEFORE = frozenset({"per"})
+_TOKEN_AFTER = frozenset({"id", "ids", "count", "len", "length", "limit", "budget", "size"})
+
+
+def _token_quantity(parts: list[str], i: int, word: tuple[str, ...]) -> bool:
+    if word != ("token",):
+        return False
+    before = parts[i - 1] if i > 0 else ""
+    after = parts[i + 1] if i + 1 < len(parts) else ""
+    return before in _TOKEN_BEFORE or after in _TOKEN_AFTER
 
 
 def _mask_query(rest: str) -> str:
@@ -155,8 +171,8 @@ def _redact(value: Any, path: str, redacted: list[str]) -> Any:
         out = {}
         for key, item in value.items():
             item_path = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and is_secret_name(key):
-                out[key] = MASK
+            if isinstance(key, str) and is_secret_name(key) and item not in (None, ""):
+                out[key] = MASK  # (None or "": nothing to hide)
                 redacted.append(item_path)
             else:
                 out[key] = _redact(item, item_path, redacted)

@@ -56,6 +56,11 @@ PLAIN_NAMES = [
     "secretary",
     "lr",
     "",
+    "flops_per_token",
+    "spec.flops_per_token",
+    "eos_token_id",
+    "padTokenId",
+    "max_token_len",
 ]
 
 
@@ -196,3 +201,9 @@ def test_redact_params():
         "env.AWS_SECRET_ACCESS_KEY": MASK,
     }
     assert params == original
+
+
+def test_empty_values_under_secret_names_are_not_reported():
+    out, paths = redact_mapping({"api_token": None, "db": {"password": ""}, "hf_token": "x"})
+    assert out == {"api_token": None, "db": {"password": ""}, "hf_token": "***"}
+    assert paths == ["hf_token"]
