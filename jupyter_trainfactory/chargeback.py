@@ -19,8 +19,19 @@ __all__ = ["GROUPS", "SORT_KEYS", "CostRow", "cost_rows", "parse_since", "totals
 
 #: What ``--by`` groups by.
 GROUPS = ("owner", "experiment", "project")
-#: Columns ``--sort`` takes (largest first, except ``started``: newest first).
-SORT_KEYS = ("cost", "wasted", "accelerator_hours", "ettr", "tokens_per_cost", "started")
+#: Columns ``--sort`` takes: largest first (newest first for ``started``), except ``ettr``,
+#: lowest first (the jobs that wasted most of their time on top).
+SORT_KEYS = (
+    "cost",
+    "wasted",
+    "failures",
+    "accelerator_hours",
+    "ettr",
+    "tokens_per_cost",
+    "started",
+)
+#: Badput categories that failures cause (``telemetry.goodput``).
+FAILURE_CATEGORIES = ("wasted_progress", "infrastructure_recovery", "preemption")
 
 
 @dataclass
@@ -28,8 +39,10 @@ class CostRow:
     """One job's cost, in its price catalog's ``currency``.
 
     ``cost`` is what the job's resources cost while held (``cost/usd``) plus keeping its
-    checkpoints since it ended (``storage_after``); ``wasted`` is the part spent on
-    badput (``cost/wasted_usd``); ``ettr`` the share of wall time that was productive;
+    checkpoints since it ended (``storage_after``); ``wasted`` is the part spent on any
+    badput (``cost/wasted_usd``: startup, checkpoint saves and restores, data waits and
+    failures), ``failures`` the part of it that failures cost (lost progress, recovery and
+    preemptions); ``ettr`` the share of wall time that was productive;
     ``tokens`` the tokens trained on (``train/tokens``, 0 when unknown) and
     ``tokens_per_cost`` tokens per unit of currency (None when either is 0)."""
 
@@ -43,6 +56,7 @@ class CostRow:
     accelerator_hours: float
     cost: float
     wasted: float
+    failures: float
     storage_after: float
     ettr: float | None
     tokens: float
@@ -85,6 +99,7 @@ def _row(run, experiment: str, state: str, now: float) -> CostRow:
         accelerator_hours=metrics.get("cost/accelerator_hours", 0.0),
         cost=cost,
         wasted=metrics.get("cost/wasted_usd", 0.0),
+        failures=sum(metrics.get(f"cost/{c}_usd", 0.0) for c in FAILURE_CATEGORIES),
         storage_after=after,
         ettr=metrics.get("goodput/ettr"),
         tokens=tokens,
@@ -124,9 +139,11 @@ def cost_rows(
 
 
 def sort_rows(rows: list[CostRow], key: str = "cost") -> list[CostRow]:
-    """Rows by ``key`` (one of :data:`SORT_KEYS`), largest first; unknown values last."""
+    """Rows by ``key`` (one of :data:`SORT_KEYS`; see there for the order); unknown last."""
     if key not in SORT_KEYS:
         raise SpecError(f"--sort takes {', '.join(SORT_KEYS)}, got {key!r}.")
+    if key == "ettr":  # lowest first, unknown last
+        return sorted(rows, key=lambda r: (r.ettr is None, r.ettr or 0.0))
     return sorted(rows, key=lambda r: (getattr(r, key) is not None, getattr(r, key) or 0.0))[::-1]
 
 
@@ -155,15 +172,20 @@ def totals(rows: list[CostRow], by: str) -> list[dict[str, Any]]:
 
 
 def write_csv(rows: list[CostRow], path: str | Path) -> Path:
-    """Write the rows (every :class:`CostRow` field, ``started`` as ISO time) to ``path``."""
+    """Write the rows (every :class:`CostRow` field, ``started`` as ISO 8601 local time with
+    its UTC offset) to ``path``. Raises SpecError when the file cannot be written."""
     path = Path(path).expanduser()
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(CostRow)])
-        writer.writeheader()
-        for r in rows:
-            data = asdict(r)
-            data["started"] = dt.datetime.fromtimestamp(r.started).isoformat(timespec="seconds")
-            writer.writerow(data)
+    try:
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[x.name for x in fields(CostRow)])
+            writer.writeheader()
+            for r in rows:
+                data = asdict(r)
+                started = dt.datetime.fromtimestamp(r.started).astimezone()
+                data["started"] = started.isoformat(timespec="seconds")
+                writer.writerow(data)
+    except OSError as exc:
+        raise SpecError(f"Cannot write the CSV file {str(path)!r}: {exc.strerror}.") from None
     return path
 
 
@@ -181,8 +203,9 @@ def table_rows(rows: list[CostRow]) -> list[dict[str, str]]:
             "project": r.project or "-",
             "state": r.state,
             "accel_h": f"{r.accelerator_hours:.3f}",
-            "cost": amount(r.cost, r.currency),
+            "cost": amount(r.cost, r.currency) + ("*" if r.example_prices else ""),
             "wasted": amount(r.wasted, r.currency),
+            "failures": amount(r.failures, r.currency),
             "ettr": "-" if r.ettr is None else f"{100 * r.ettr:.0f} %",
             "tokens_per_cost": "-" if r.tokens_per_cost is None else f"{r.tokens_per_cost:,.0f}",
         }
@@ -211,5 +234,11 @@ def report_text(rows: list[CostRow], by: str | None = None) -> str:
         ]
         parts += ["", f"totals by {by}:", format_table(groups)]
     if any(r.example_prices for r in rows):
-        parts += ["", "(example prices, not a quote: set your own in prices.toml)"]
+        from .services import state_dir
+
+        parts += [
+            "",
+            "* example prices, not a quote: a job keeps the prices it was launched with; for"
+            f" new jobs put your own in {state_dir() / 'prices.toml'} or give --price-catalog.",
+        ]
     return "\n".join(parts)

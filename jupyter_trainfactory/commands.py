@@ -200,7 +200,9 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
         "--checkpoint", choices=["latest", "best"], default="latest", help="which checkpoint"
     )
     register.add_argument("--metric", help="with --checkpoint best: the metric to rank by")
-    register.add_argument("--mode", choices=["max", "min"], default="max")
+    register.add_argument(
+        "--mode", choices=["max", "min"], help="with --checkpoint best: is higher better (max)?"
+    )
     register.add_argument("--alias", help="alias for the new version (e.g. champion)")
     register.add_argument(
         "--model-fn", metavar="FUNC", help="function(checkpoint_dir) -> model (default: launch's)"
@@ -351,21 +353,33 @@ def costs_text(manager, ns) -> str:
     text = chargeback.report_text(rows, ns.by)
     if ns.csv:
         path = chargeback.write_csv(rows, ns.csv)
-        text += f"\n{len(rows)} rows written to {path}"
+        text += f"\n{len(rows)} row{'s' if len(rows) != 1 else ''} written to {path}"
     return text
+
+
+def _steps(steps: list[int]) -> str:
+    return f"step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))}"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:.0f} bytes"
 
 
 def gc_text(report: list[dict], keep: int) -> str:
     """What ``gc`` prints: per job the checkpoints deleted and kept, then the space freed."""
     if not report:
-        return f"Nothing to delete: no finished job keeps more than {keep} checkpoint(s)."
+        return (
+            f"Nothing to delete: no finished job keeps more than the newest {keep}"
+            " checkpoint(s) besides registered ones (those are always kept)."
+        )
     lines = [
-        f"{r['job']}: deleted the checkpoints of steps {', '.join(map(str, r['deleted']))};"
-        f" kept {', '.join(map(str, r['kept']))}"
+        f"{r['job']}: deleted the checkpoints of {_steps(r['deleted'])}; kept {_steps(r['kept'])}"
         for r in report
     ]
-    freed = sum(r["bytes_freed"] for r in report)
-    lines.append(f"freed {freed / 1e6:,.1f} MB")
+    lines.append(f"freed {_bytes(sum(r['bytes_freed'] for r in report))}")
     return "\n".join(lines)
 
 

@@ -297,6 +297,10 @@ def _cost_text(metrics: dict[str, float], tags: dict[str, str]) -> str:
         notes.append(f"{money(metrics['cost/wasted_usd'])} wasted")
     if tags.get("trainfactory.cost.budget"):
         notes.append(f"budget {tags['trainfactory.cost.budget']}")
+    if "cost/projected_usd" in metrics and tags.get(TAG.TARGET_STEPS):
+        notes.append(
+            f"{money(metrics['cost/projected_usd'])} projected by step {tags[TAG.TARGET_STEPS]}"
+        )
     if "example" in tags.get("trainfactory.cost.catalog", ""):
         notes.append("example prices")
     text = f"{money(metrics['cost/usd'])} {currency}"
@@ -440,7 +444,8 @@ class JobManager:
             try:
                 data.append(lineage.digest_input(str(name), value))
             except (ValueError, TypeError, OSError) as exc:
-                raise SpecError(f"Input {name!r}: {exc}") from None
+                text = str(exc)
+                raise SpecError(text[:1].upper() + text[1:]) from None
         self.jobs_client  # noqa: B018 (reachability check before anything is created)
         if spec.storage is None and not self.local and self.storage is None:
             raise SpecError("A remote cluster needs --storage (a path all its nodes share).")
@@ -1058,7 +1063,7 @@ class Job:
         name: str,
         checkpoint: str = "latest",
         metric: str | None = None,
-        mode: str = "max",
+        mode: str | None = None,
         alias: str | None = None,
         model_fn: Callable[[str], Any] | None = None,
     ) -> dict[str, Any]:

@@ -149,11 +149,17 @@ class TrainMagics(Magics, Configurable):
 
     def _inputs(self, items: list[str]) -> dict[str, Any]:
         """``--input NAME=DATA``: a notebook variable when DATA names one, else a path or URI."""
-        user_ns = self.shell.user_ns
-        return {
-            name: user_ns[value] if value.isidentifier() and value in user_ns else value
-            for name, value in split_inputs(items).items()
-        }
+        user_ns, inputs = self.shell.user_ns, {}
+        for name, value in split_inputs(items).items():
+            if value.isidentifier() and value in user_ns:
+                inputs[name] = user_ns[value]
+            elif value.isidentifier() and not os.path.exists(value):
+                raise CommandError(
+                    f"--input {name}={value}: no notebook variable or file is named {value!r}."
+                )
+            else:
+                inputs[name] = value
+        return inputs
 
     def _cmd_launch(self, ns):
         user_ns = self.shell.user_ns

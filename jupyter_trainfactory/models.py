@@ -30,7 +30,8 @@ class CheckpointModel:
     ``step`` is the step it was reported at, ``path`` its storage URI or local path,
     ``metrics`` what was reported with it, ``exists`` whether storage still holds it
     (Ray Train's retention or ``gc`` may have deleted it), ``registered`` the
-    ``NAME/VERSION`` it was registered as ("" when not)."""
+    ``NAME/VERSION`` it was registered as ("" when not), ``deleted`` when or by what it
+    was deleted ("" when not known to be)."""
 
     model_id: str
     step: int
@@ -39,6 +40,7 @@ class CheckpointModel:
     metrics: dict[str, float] = field(default_factory=dict)
     exists: bool = True
     registered: str = ""
+    deleted: str = ""
 
 
 def _filesystem(path: str):
@@ -88,6 +90,7 @@ def checkpoint_models(mlflow_client, run) -> list[CheckpointModel]:
                 metrics={x.key: x.value for x in (m.metrics or [])},
                 exists=not deleted and _exists(m.tags[TAG.CKPT_PATH]),
                 registered=m.tags.get(TAG.REGISTERED, ""),
+                deleted=m.tags.get(TAG.DELETED, ""),
             )
         )
     return sorted(out, key=lambda c: (c.step, c.time))
@@ -97,23 +100,29 @@ def pick(
     checkpoints: list[CheckpointModel],
     which: str = "latest",
     metric: str | None = None,
-    mode: str = "max",
+    mode: str | None = None,
 ) -> CheckpointModel:
     """The ``latest`` checkpoint storage still holds, or the ``best`` by ``metric``
-    (``mode`` ``max`` or ``min``) among those reported with that metric.
+    (``mode`` ``max`` or ``min``: which way is better, never guessed) among those
+    reported with that metric.
 
     Raises SpecError when there is none to pick or the arguments do not fit."""
     if which not in ("latest", "best"):
         raise SpecError(f"--checkpoint takes latest or best, got {which!r}.")
-    if mode not in ("max", "min"):
-        raise SpecError(f"--mode takes max or min, got {mode!r}.")
+    if which == "latest" and (metric or mode):
+        raise SpecError("--metric and --mode rank checkpoints: use them with --checkpoint best.")
+    if which == "best" and not metric:
+        raise SpecError("--checkpoint best needs --metric NAME and --mode max or min.")
+    if which == "best" and mode not in ("max", "min"):
+        raise SpecError(
+            f"--checkpoint best needs --mode max or min (is a higher {metric} better?)."
+        )
     kept = [c for c in checkpoints if c.exists]
     if not kept:
-        raise SpecError("The job has no checkpoint left in storage to register.")
+        gone = "all were deleted" if checkpoints else "none was reported with ray.train.report"
+        raise SpecError(f"The job has no checkpoint in storage to register ({gone}).")
     if which == "latest":
         return kept[-1]
-    if not metric:
-        raise SpecError("--checkpoint best needs --metric NAME (and --mode max or min).")
     scored = [c for c in kept if metric in c.metrics]
     if not scored:
         seen = sorted({k for c in kept for k in c.metrics})
@@ -188,7 +197,7 @@ def register(
     name: str,
     checkpoint: str = "latest",
     metric: str | None = None,
-    mode: str = "max",
+    mode: str | None = None,
     alias: str | None = None,
     model_fn=None,
 ) -> dict[str, Any]:
@@ -215,6 +224,8 @@ def register(
 
     if not name or not name.strip():
         raise SpecError("Give the model a name (--name NAME).")
+    if "/" in name or ":" in name:  # MLflow's rule for registered model names
+        raise SpecError(f"A model name cannot contain '/' or ':', got {name!r}.")
     if alias is not None and not re.match(_ALIAS, alias):
         raise SpecError(f"An alias is a letter then letters, digits, _ or -; got {alias!r}.")
     client = manager._mlflow
@@ -264,7 +275,8 @@ def register(
         )
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
-    client.set_logged_model_tags(chosen.model_id, {TAG.REGISTERED: f"{name}/{version.version}"})
+    names = ", ".join(filter(None, [chosen.registered, f"{name}/{version.version}"]))
+    client.set_logged_model_tags(chosen.model_id, {TAG.REGISTERED: names})
     return {
         "name": name,
         "version": int(version.version),
@@ -308,7 +320,11 @@ def collect_garbage(
     for run in runs:
         if manager._info(run, reconcile=False).state not in TERMINAL_STATES:
             continue
-        kept = [c for c in checkpoint_models(client, run) if c.exists]
+        every = checkpoint_models(client, run)
+        for c in every:  # deleted by Ray Train's retention (keep_checkpoints): say so
+            if not c.exists and not c.deleted:
+                client.set_logged_model_tags(c.model_id, {TAG.DELETED: "by retention"})
+        kept = [c for c in every if c.exists]
         doomed = [c for c in kept[:-keep] if not c.registered] if len(kept) > keep else []
         if not doomed:
             continue

@@ -767,7 +767,7 @@ class RunRecorder:
         if self._stop is None and self._cost.over_budget(metrics["cost/usd"], cost.rate_per_h, now):
             self._budget_stop = metrics["cost/usd"]
         step = max(self._global_step, self._last_report_step)
-        if self._target_steps and step > 0:
+        if self._target_steps and step > 0 and not self._closed:
             if self._rate_anchor is None:
                 self._rate_anchor = (now, step)
             t0, s0 = self._rate_anchor

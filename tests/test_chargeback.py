@@ -23,7 +23,7 @@ def row(job, owner, cost, project="", currency="USD", ettr=0.9, tokens=0.0, hour
     return CostRow(
         job=job, name=job, owner=owner, experiment="e", project=project, state="SUCCEEDED",
         started=1_000.0, accelerator_hours=hours, cost=cost, wasted=cost / 10,
-        storage_after=0.0, ettr=ettr, tokens=tokens,
+        failures=cost / 20, storage_after=0.0, ettr=ettr, tokens=tokens,
         tokens_per_cost=tokens / cost if tokens and cost else None, currency=currency,
         example_prices=False,
     )  # fmt: skip
@@ -51,7 +51,7 @@ def test_totals_per_owner_add_up_and_keep_currencies_apart():
 def test_sort_puts_unknown_values_last():
     rows = [row("a", "x", 1.0, ettr=None), row("b", "x", 3.0, ettr=0.5), row("c", "x", 2.0)]
     assert [r.job for r in sort_rows(rows, "cost")] == ["b", "c", "a"]
-    assert [r.job for r in sort_rows(rows, "ettr")] == ["c", "b", "a"]
+    assert [r.job for r in sort_rows(rows, "ettr")] == ["b", "c", "a"]  # lowest ETTR first
     with pytest.raises(SpecError, match="--sort takes"):
         sort_rows(rows, "price")
 
@@ -76,12 +76,20 @@ def test_row_adds_storage_kept_after_the_job():
                 "trainfactory.storage": '{"price_gb_month": 0.02, "history": [[0, 5e9]]}',
                 "trainfactory.cost.catalog": "example-2026 (example prices, not a quote)",
             },
-            metrics={"cost/usd": 1.0, "cost/wasted_usd": 0.25, "train/tokens": 3e6},
+            metrics={
+                "cost/usd": 1.0,
+                "cost/wasted_usd": 0.25,
+                "cost/wasted_progress_usd": 0.1,
+                "cost/infrastructure_recovery_usd": 0.05,
+                "cost/startup_usd": 0.1,
+                "train/tokens": 3e6,
+            },
         ),
     )
     r = _row(run, "e", "SUCCEEDED", now=month)  # 5 GB for one month at 0.02 per GB-month
     assert r.storage_after == pytest.approx(0.1)
     assert r.cost == pytest.approx(1.1) and r.wasted == 0.25
+    assert r.failures == pytest.approx(0.15)  # lost progress + recovery, not the startup
     assert r.tokens_per_cost == pytest.approx(3e6 / 1.1)
     assert r.example_prices and r.started == 5.0
 
@@ -103,3 +111,5 @@ def test_csv_and_report(tmp_path):
     text = report_text(rows, "owner")
     assert "totals by owner:" in text and "1.50 USD" in text and "2,000,000" in text
     assert report_text([], "owner") == "(no jobs)"
+    with pytest.raises(SpecError, match="Cannot write the CSV file '/no/such/dir/c.csv'"):
+        write_csv(rows, "/no/such/dir/c.csv")

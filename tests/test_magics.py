@@ -42,6 +42,7 @@ def _job_count(manager):
         ("launch train --stall-timeout 30 --on-stall restart", "set --max-failures"),
         ("launch train --stall-timeout 0", "stall_timeout must be at least 1"),
         ("launch train --input data", "--input takes NAME=DATA"),
+        ("launch train --input train=nosuchvar", "no notebook variable or file is named"),
         ("launch train --input train=/no/such/data", "Input 'train': "),
         ("launch train --model-fn nope", "'nope' is not defined in this notebook"),
         ("launch train --target-steps 0", "target_steps must be at least 1"),

@@ -20,17 +20,25 @@ def test_best_by_metric_and_mode():
     items = [ckpt(1, 0.5), ckpt(2, 0.9), ckpt(3, 0.7), ckpt(4, 0.95, exists=False)]
     assert pick(items, "best", "val_accuracy", "max").step == 2  # 4 is gone from storage
     assert pick(items, "best", "val_accuracy", "min").step == 1
-    assert pick([ckpt(1, 0.9), ckpt(2, 0.9)], "best", "val_accuracy").step == 2  # tie: newer
+    assert pick([ckpt(1, 0.9), ckpt(2, 0.9)], "best", "val_accuracy", "max").step == 2
 
 
 def test_bad_choices_say_what_to_do():
-    with pytest.raises(SpecError, match="no checkpoint left"):
+    with pytest.raises(SpecError, match="no checkpoint in storage to register .all were del"):
         pick([ckpt(1, exists=False)])
+    with pytest.raises(SpecError, match="none was reported"):
+        pick([])
     with pytest.raises(SpecError, match="needs --metric"):
         pick([ckpt(1, 0.5)], "best")
-    with pytest.raises(SpecError, match="reported with them: val_accuracy"):
+    with pytest.raises(SpecError, match="needs --mode max or min .is a higher loss better"):
         pick([ckpt(1, 0.5)], "best", "loss")
+    with pytest.raises(SpecError, match="use them with --checkpoint best"):
+        pick([ckpt(1, 0.5)], "latest", "val_accuracy")
+    with pytest.raises(SpecError, match="reported with them: val_accuracy"):
+        pick([ckpt(1, 0.5)], "best", "loss", "min")
     with pytest.raises(SpecError, match="latest or best"):
         pick([ckpt(1)], "first")
     with pytest.raises(SpecError, match="max or min"):
         pick([ckpt(1, 0.5)], "best", "val_accuracy", "up")
+    with pytest.raises(SpecError, match="is a higher val_accuracy better"):
+        pick([ckpt(1, 0.5)], "best", "val_accuracy")
