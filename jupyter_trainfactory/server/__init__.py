@@ -18,6 +18,8 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
 
     web_app = server_app.web_app
     base_url = web_app.settings["base_url"]
-    web_app.settings["trainfactory_manager"] = TrainingJobsManager(base_url=base_url)
+    manager = TrainingJobsManager(base_url=base_url)
+    manager.warm_up()
+    web_app.settings["trainfactory_manager"] = manager
     add_handlers(web_app, base_url)
     server_app.log.info("jupyter_trainfactory: side panel REST at %strainfactory/", base_url)

@@ -304,6 +304,16 @@ class TrainingJobsManager:
                 headers["Authorization"] = f"Bearer {token}"
         return url.rstrip("/"), headers
 
+    def warm_up(self) -> None:
+        """Import the MLflow and Ray clients in the background, so the panel's first
+        answer does not wait for them (several seconds on a busy machine)."""
+
+        def imports() -> None:
+            import mlflow.tracking  # noqa: F401
+            import ray.job_submission  # noqa: F401
+
+        self._executor.submit(imports)
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 

@@ -25,6 +25,14 @@ export function formatNumber(value: number | null | undefined): string {
   return abs >= 100 ? value.toFixed(0) : value.toPrecision(3);
 }
 
+/** A count such as a step: `12,345` ("-" when not recorded). */
+export function formatCount(value: number | null | undefined): string {
+  if (value === null || value === undefined || !Number.isFinite(value)) {
+    return MISSING;
+  }
+  return Math.round(value).toLocaleString('en-US');
+}
+
 /** Throughput with its unit: `1.23k samples/s`. */
 export function formatRate(value: number | null, unit: string): string {
   const number = formatNumber(value);
@@ -44,10 +52,13 @@ export function formatEttr(ettr: number | null): string {
   return ettr === null ? MISSING : formatPercent(ettr * 100);
 }
 
-/** US dollars: `$12.50`, cents below a dollar as `$0.042`. */
+/** US dollars: `$12.50`, below a dollar `$0.042`, below a cent `<$0.01`. */
 export function formatCost(usd: number | null): string {
   if (usd === null || !Number.isFinite(usd)) {
     return MISSING;
+  }
+  if (usd > 0 && usd < 0.01) {
+    return '<$0.01';
   }
   return usd < 1 && usd > 0 ? `$${usd.toPrecision(2)}` : `$${usd.toFixed(2)}`;
 }

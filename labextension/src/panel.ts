@@ -8,9 +8,9 @@ import {
   canResume,
   canStop,
   formatCost,
+  formatCount,
   formatDuration,
   formatEttr,
-  formatNumber,
   formatPercent,
   formatRate,
   formatTime,
@@ -257,7 +257,7 @@ export class JobsPanel extends Widget {
     row.append(
       name,
       state,
-      el('td', 'jp-tf-num', formatNumber(job.step)),
+      el('td', 'jp-tf-num', formatCount(job.step)),
       this._withSpark(
         formatRate(job.throughput, job.throughput_unit),
         history.map(p => p[1]),

@@ -4,6 +4,7 @@ import {
   canStop,
   filterJobs,
   formatCost,
+  formatCount,
   formatDuration,
   formatEttr,
   formatNumber,
@@ -31,12 +32,20 @@ describe('numbers with units', () => {
     expect(formatCost(null)).toBe('-');
   });
 
+  it('shows steps as whole numbers', () => {
+    expect(formatCount(40)).toBe('40');
+    expect(formatCount(12345)).toBe('12,345');
+    expect(formatCount(null)).toBe('-');
+  });
+
   it('formats throughput, utilization, ETTR and cost', () => {
     expect(formatRate(1520.4, 'samples/s')).toBe('1.52k samples/s');
     expect(formatPercent(63.6)).toBe('64 %');
     expect(formatEttr(0.934)).toBe('93 %');
     expect(formatCost(12.5)).toBe('$12.50');
     expect(formatCost(0.0421)).toBe('$0.042');
+    expect(formatCost(0.00009)).toBe('<$0.01');
+    expect(formatCost(0)).toBe('$0.00');
   });
 
   it('formats elapsed time of running and ended jobs', () => {
