@@ -100,12 +100,45 @@ async def test_every_route_requires_authentication(jp_serverapp, http_server_cli
     assert checked >= 14
 
 
-async def test_a_post_without_xsrf_token_is_refused(jp_serverapp, http_server_client):
-    # A browser-style request: the login cookie would be there, the XSRF token is not.
-    reply = await http_server_client.fetch(
-        "/trainfactory/services/start", method="POST", body="{}", raise_error=False
+async def _browser_login(http_server_client, base_url, token):
+    """Log in like a browser: the cookies of a password login with the server's token."""
+    page = await http_server_client.fetch(f"{base_url}login", raise_error=False)
+    xsrf = re.search(r"_xsrf=([^;]+)", page.headers["Set-Cookie"]).group(1)
+    login = await http_server_client.fetch(
+        f"{base_url}login",
+        method="POST",
+        body=f"_xsrf={xsrf}&password={token}",
+        headers={"Cookie": f"_xsrf={xsrf}"},
+        follow_redirects=False,
+        raise_error=False,
     )
-    assert reply.code in (401, 403)
+    assert login.code == 302, login.code
+    cookies = [c.split(";")[0] for c in login.headers.get_list("Set-Cookie")]
+    return xsrf, "; ".join([f"_xsrf={xsrf}", *cookies])
+
+
+async def test_a_logged_in_post_needs_the_xsrf_token(
+    services, jp_serverapp, http_server_client, jp_base_url
+):
+    token = jp_serverapp.identity_provider.token
+    xsrf, cookie = await _browser_login(http_server_client, jp_base_url, token)
+    url = f"{jp_base_url}trainfactory/jobs/tf-00000000/stop"
+    reads = await http_server_client.fetch(
+        f"{jp_base_url}trainfactory/services", headers={"Cookie": cookie}
+    )
+    assert reads.code == 200  # the cookie alone logs in
+    forged = await http_server_client.fetch(
+        url, method="POST", body="{}", headers={"Cookie": cookie}, raise_error=False
+    )
+    assert forged.code == 403
+    real = await http_server_client.fetch(
+        url,
+        method="POST",
+        body="{}",
+        headers={"Cookie": cookie, "X-XSRFToken": xsrf},
+        raise_error=False,
+    )
+    assert real.code == 404  # past authentication and XSRF: no such job
 
 
 async def test_unknown_and_malformed_job_ids_are_404(services, jp_fetch):

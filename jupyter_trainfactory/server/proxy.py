@@ -44,7 +44,12 @@ class ServiceProxyHandler(JupyterHandler):
 
     def check_xsrf_cookie(self) -> None:
         """The proxied UIs cannot send Jupyter's XSRF token, so a write must come from this
-        server's own origin instead (Origin or Referer), which a cross-site form cannot fake."""
+        server's own origin instead (Origin or Referer), which a cross-site form cannot fake.
+        Token-authenticated requests pass, as everywhere in Jupyter."""
+        if not hasattr(self, "_jupyter_current_user"):
+            return  # called before authentication; JupyterHandler.prepare calls it again
+        if self.token_authenticated or self.settings.get("disable_check_xsrf", False):
+            return
         source = self.request.headers.get("Origin") or self.request.headers.get("Referer") or ""
         if urlparse(source).netloc != self.request.host:
             raise web.HTTPError(403, "Cross-origin write refused by the trainfactory proxy.")
