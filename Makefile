@@ -3,20 +3,34 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The side panel: its sources rebuild the package; ui-tests holds the real-browser test.
+PANEL_SRC := labextension/package.json labextension/yarn.lock $(wildcard labextension/src/*.ts labextension/style/*)
+UI_STAMP  := labextension/ui-tests/node_modules/.installed-stamp
+JLPM      := PATH="$(CURDIR)/$(BIN):$$PATH" $(CURDIR)/$(BIN)/jlpm
+CHROMIUM  := /usr/bin/chromium
 
 .PHONY: install demo test lint lab clean
 
 # torch first, pinned: the CPU build on local disk (an unpinned torch pulls a CUDA build).
-$(STAMP): pyproject.toml
+# The editable install builds the side panel with Node and jlpm (hatch-jupyter-builder).
+$(STAMP): pyproject.toml $(PANEL_SRC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-install: $(STAMP)
+# The browser test: Galata/Playwright without Playwright's own browsers, and Debian's chromium.
+$(UI_STAMP): labextension/ui-tests/package.json labextension/ui-tests/yarn.lock | $(STAMP)
+	cd labextension/ui-tests && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(JLPM) install
+	touch $@
 
-demo: install
+$(CHROMIUM):
+	apt-get update && apt-get install -y chromium
+
+install: $(STAMP) $(UI_STAMP) $(CHROMIUM)
+
+demo: $(STAMP)
 	$(BIN)/python examples/run_notebook.py examples/quickstart.ipynb
 	$(BIN)/python examples/run_notebook.py examples/tiny_gpt.ipynb
 	@echo "The local Ray head and MLflow server keep running; stop them with: $(BIN)/jupyter trainfactory services stop"
@@ -24,12 +38,16 @@ demo: install
 lint: install
 	$(BIN)/ruff check jupyter_trainfactory ray_backend tests examples benchmarks
 	$(BIN)/ruff format --check jupyter_trainfactory ray_backend tests examples benchmarks
+	cd labextension && $(JLPM) lint:check
 
 test: install lint
-	$(BIN)/python -m pytest
+	cd labextension && $(JLPM) test
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest
 
 lab: install
 	$(BIN)/jupyter lab examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache examples/*.out.ipynb
+	rm -rf labextension/node_modules labextension/ui-tests/node_modules labextension/lib \
+		labextension/tsconfig.tsbuildinfo labextension/ui-tests/test-results jupyter_trainfactory/labextension

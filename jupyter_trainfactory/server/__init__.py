@@ -1,0 +1,25 @@
+"""Jupyter server extension: authenticated REST for the side panel under ``<base_url>/trainfactory/``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["_jupyter_server_extension_points", "_load_jupyter_server_extension"]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyter_trainfactory.server"}]
+
+
+def _load_jupyter_server_extension(server_app: Any) -> None:
+    """Put one :class:`TrainingJobsManager` in the tornado settings and add the routes."""
+    from .handlers import add_handlers
+    from .manager import TrainingJobsManager
+
+    web_app = server_app.web_app
+    base_url = web_app.settings["base_url"]
+    manager = TrainingJobsManager(base_url=base_url)
+    manager.warm_up()
+    web_app.settings["trainfactory_manager"] = manager
+    add_handlers(web_app, base_url)
+    server_app.log.info("jupyter_trainfactory: side panel REST at %strainfactory/", base_url)

@@ -1,0 +1,156 @@
+"""Thin tornado handlers under ``<base_url>/trainfactory/``: JSON in and out, errors as HTTP codes.
+
+Every verb requires Jupyter authentication (POST also the XSRF check). An unknown job is a
+404, a request the job's state refuses a 409, Ray or MLflow out of reach a 503: always with
+a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from ..jobs import JobNotFound
+from ..services import ServiceError
+from ..spec import SpecError
+from .manager import ServiceUnavailable, TrainingJobsManager
+from .proxy import ServiceProxyHandler
+
+log = logging.getLogger(__name__)
+
+#: A job id in a URL (``jobs.JOB_ID_PATTERN`` without anchors): anything else is a 404.
+JOB_ID = r"tf-[0-9a-f]{8}"
+#: Messages of a SpecError that mean the cluster did not answer (a 503, not a 409).
+_OUTAGE_WORDS = ("Cannot reach", "does not answer", "Cannot create the MLflow run")
+
+
+async def _answer(handler: APIHandler, call: Callable[[], Awaitable[Any]]) -> None:
+    """Write ``await call()`` as JSON, or the matching HTTP error with a one-line message."""
+    try:
+        model = await call()
+    except JobNotFound as exc:
+        raise web.HTTPError(404, str(exc)) from None
+    except SpecError as exc:
+        code = 503 if any(w in str(exc) for w in _OUTAGE_WORDS) else 409
+        raise web.HTTPError(code, str(exc)) from None
+    except (ServiceUnavailable, ServiceError) as exc:
+        raise web.HTTPError(503, str(exc)) from None
+    except Exception as exc:  # the clients' own errors when Ray or MLflow is away
+        log.warning("trainfactory panel: %s failed", handler.request.path, exc_info=True)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise web.HTTPError(503, f"Ray or MLflow did not answer: {first}") from None
+    handler.finish(json.dumps(model))
+
+
+class TrainfactoryHandler(APIHandler):
+    """Base: the manager from the tornado settings."""
+
+    @property
+    def manager(self) -> TrainingJobsManager:
+        return self.settings["trainfactory_manager"]
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """``{"message": ...}`` without a traceback, whatever the server's debug setting."""
+        self.set_header("Content-Type", "application/json")
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = getattr(exc, "log_message", None) or self._reason
+        self.finish(json.dumps({"message": message, "reason": self._reason}))
+
+    def _body(self) -> dict[str, Any]:
+        if not self.request.body:
+            return {}
+        try:
+            body = json.loads(self.request.body)
+        except ValueError:
+            raise web.HTTPError(400, "The request body is not JSON.") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "The request body must be a JSON object.")
+        return body
+
+
+class JobsHandler(TrainfactoryHandler):
+    """``GET jobs[?all=1]``: jobs newest first, the current user's or everyone's."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        all_users = self.get_argument("all", "0").lower() in ("1", "true", "yes")
+        await _answer(self, lambda: self.manager.list_jobs(all_users=all_users))
+
+
+class JobHandler(TrainfactoryHandler):
+    """``GET jobs/<id>``."""
+
+    @web.authenticated
+    async def get(self, job_id: str) -> None:
+        await _answer(self, lambda: self.manager.get_job(job_id))
+
+
+class StopHandler(TrainfactoryHandler):
+    """``POST jobs/<id>/stop`` with optional ``{"now": true}``."""
+
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        now = bool(self._body().get("now", False))
+        await _answer(self, lambda: self.manager.stop_job(job_id, now=now))
+
+
+class ResumeHandler(TrainfactoryHandler):
+    """``POST jobs/<id>/resume``."""
+
+    @web.authenticated
+    async def post(self, job_id: str) -> None:
+        await _answer(self, lambda: self.manager.resume_job(job_id))
+
+
+class ServicesHandler(TrainfactoryHandler):
+    """``GET services``: state and links of the Ray head and MLflow server."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        await _answer(self, self.manager.services)
+
+
+class StartServicesHandler(TrainfactoryHandler):
+    """``POST services/start``: start (or reuse) the embedded services."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        await _answer(self, self.manager.start_services)
+
+
+class NotAJobHandler(TrainfactoryHandler):
+    """Any other ``jobs/...`` path: a 404 that says what a job id looks like."""
+
+    @web.authenticated
+    async def get(self, rest: str) -> None:
+        raise web.HTTPError(
+            404, f"{rest.split('/')[0]!r} is not a job id (they look like tf-1a2b3c4d)."
+        )
+
+    @web.authenticated
+    async def post(self, rest: str) -> None:
+        await self.get(rest)
+
+
+ROUTES: list[tuple[str, type]] = [
+    (r"jobs/?", JobsHandler),
+    (rf"jobs/({JOB_ID})/?", JobHandler),
+    (rf"jobs/({JOB_ID})/stop/?", StopHandler),
+    (rf"jobs/({JOB_ID})/resume/?", ResumeHandler),
+    (r"jobs/(.+)", NotAJobHandler),
+    (r"services/?", ServicesHandler),
+    (r"services/start/?", StartServicesHandler),
+    (r"proxy/(mlflow|ray)(/.*)?", ServiceProxyHandler),
+]
+
+
+def add_handlers(web_app: web.Application, base_url: str) -> None:
+    """Register :data:`ROUTES` under ``<base_url>trainfactory/``."""
+    prefix = url_path_join(base_url, "trainfactory")
+    web_app.add_handlers(".*$", [(url_path_join(prefix, p), h) for p, h in ROUTES])

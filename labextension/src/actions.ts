@@ -1,0 +1,48 @@
+/** The panel's interactions with the user: the stop confirmation, the clipboard, notifications. */
+
+import {
+  Clipboard,
+  Dialog,
+  Notification,
+  showDialog
+} from '@jupyterlab/apputils';
+
+import { IJob } from './types';
+
+/** What the panel asks of JupyterLab; tests and other front ends can pass their own. */
+export interface IPanelActions {
+  /** 'graceful' (after the next checkpoint), 'now', or null when cancelled. */
+  confirmStop(job: IJob): Promise<'graceful' | 'now' | null>;
+  copy(text: string): void;
+  notify(message: string, kind: 'success' | 'error' | 'info'): void;
+}
+
+export const STOP_LABEL = 'Stop after checkpoint';
+export const STOP_NOW_LABEL = 'Stop now';
+
+export const labActions: IPanelActions = {
+  async confirmStop(job) {
+    const body =
+      `Stop ${job.name || job.id} (${job.id})? "${STOP_LABEL}" lets it save one more ` +
+      `checkpoint (it can be resumed from there); "${STOP_NOW_LABEL}" ends it at once.`;
+    const result = await showDialog({
+      title: 'Stop training job',
+      body,
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: STOP_NOW_LABEL }),
+        Dialog.okButton({ label: STOP_LABEL })
+      ]
+    });
+    if (!result.button.accept) {
+      return null;
+    }
+    return result.button.label === STOP_NOW_LABEL ? 'now' : 'graceful';
+  },
+  copy(text) {
+    Clipboard.copyToSystem(text);
+  },
+  notify(message, kind) {
+    Notification.emit(message, kind, { autoClose: 5000 });
+  }
+};

@@ -1,0 +1,174 @@
+/** JobsModel: the panel's data, refreshed by a Poll that backs off on errors and stands by when hidden. */
+
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { TrainfactoryError } from './errors';
+import { filterJobs } from './format';
+import { IJob, IJobFilter, IServices, ITrainfactoryAPI } from './types';
+
+/** Refresh interval (ms) while all is well, and the longest backoff after errors. */
+export const REFRESH_MS = 3000;
+export const MAX_BACKOFF_MS = 60000;
+
+export class JobsModel {
+  /**
+   * @param api - the server calls (the real server, or a fake in tests).
+   * @param isVisible - whether the panel is shown; the poll stands by while it is not.
+   */
+  constructor(
+    private readonly api: ITrainfactoryAPI,
+    private readonly isVisible: () => boolean = () => true
+  ) {}
+
+  /** Emitted after every refresh or filter change. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  /** All jobs of the last refresh, newest first. */
+  get jobs(): IJob[] {
+    return this._jobs;
+  }
+
+  /** The jobs the filter lets through. */
+  get visibleJobs(): IJob[] {
+    return filterJobs(this._jobs, this._filter);
+  }
+
+  get services(): IServices | null {
+    return this._services;
+  }
+
+  /** The last refresh's error message ('' when it succeeded). */
+  get error(): string {
+    return this._error;
+  }
+
+  /** Whether at least one refresh has finished (until then the panel says "Loading"). */
+  get loaded(): boolean {
+    return this._loaded;
+  }
+
+  get filter(): IJobFilter {
+    return { ...this._filter };
+  }
+
+  set filter(filter: IJobFilter) {
+    this._filter = { ...filter };
+    this._changed.emit();
+  }
+
+  /** Everyone's jobs instead of the current user's. */
+  get allUsers(): boolean {
+    return this._allUsers;
+  }
+
+  set allUsers(value: boolean) {
+    this._allUsers = value;
+    void this.refresh();
+  }
+
+  /** Distinct values for the filter's choices. */
+  get experiments(): string[] {
+    return [...new Set(this._jobs.map(j => j.experiment))].sort();
+  }
+
+  get owners(): string[] {
+    return [...new Set(this._jobs.map(j => j.owner))].sort();
+  }
+
+  /** Start polling (idempotent). */
+  start(): void {
+    if (this._poll) {
+      return;
+    }
+    this._poll = new Poll({
+      factory: () => this.refresh(true),
+      frequency: { interval: REFRESH_MS, backoff: true, max: MAX_BACKOFF_MS },
+      standby: () => (this.isVisible() ? 'when-hidden' : true),
+      name: 'jupyter-trainfactory:jobs'
+    });
+  }
+
+  /** Refresh now, ahead of the poll's schedule. */
+  refreshSoon(): void {
+    if (this._poll) {
+      void this._poll.refresh();
+    } else {
+      void this.refresh();
+    }
+  }
+
+  /**
+   * Read services and jobs once. With `rethrow` a failure rejects (so the poll backs
+   * off); either way the error is kept for the panel to show.
+   */
+  async refresh(rethrow = false): Promise<void> {
+    try {
+      const services = await this.api.services();
+      this._services = services;
+      this._jobs = services.running ? await this.api.jobs(this._allUsers) : [];
+      this._error = services.running
+        ? ''
+        : 'The local Ray head or MLflow server is not running.';
+    } catch (error) {
+      this._error = messageOf(error);
+      if (rethrow) {
+        this._loaded = true;
+        this._changed.emit();
+        throw error;
+      }
+    }
+    this._loaded = true;
+    this._changed.emit();
+  }
+
+  /** Stop a job (after its next checkpoint, or `now`); returns the job after the request. */
+  async stop(id: string, now: boolean): Promise<IJob> {
+    return this._act(() => this.api.stop(id, now));
+  }
+
+  /** Resume a STOPPED or FAILED job from its latest checkpoint. */
+  async resume(id: string): Promise<IJob> {
+    return this._act(() => this.api.resume(id));
+  }
+
+  async startServices(): Promise<void> {
+    this._services = await this.api.startServices();
+    await this.refresh();
+  }
+
+  dispose(): void {
+    this._poll?.dispose();
+    this._poll = null;
+    Signal.clearData(this);
+  }
+
+  private async _act(call: () => Promise<IJob>): Promise<IJob> {
+    const job = await call();
+    this._jobs = this._jobs.map(j => (j.id === job.id ? job : j));
+    this._changed.emit();
+    this.refreshSoon();
+    return job;
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _jobs: IJob[] = [];
+  private _services: IServices | null = null;
+  private _error = '';
+  private _loaded = false;
+  private _allUsers = false;
+  private _filter: IJobFilter = { experiment: '', owner: '', state: '' };
+  private _poll: Poll | null = null;
+}
+
+/** A one-line message for the panel from any error. */
+export function messageOf(error: unknown): string {
+  if (error instanceof TrainfactoryError) {
+    return error.status === 503
+      ? `Ray or MLflow cannot be reached: ${error.message}`
+      : error.message;
+  }
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,4 @@
+// jsdom has no DragEvent, which @lumino/dragdrop subclasses at import time.
+if (typeof globalThis.DragEvent === 'undefined') {
+  globalThis.DragEvent = class DragEvent extends MouseEvent {};
+}
