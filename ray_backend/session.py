@@ -252,6 +252,19 @@ class WorkerTelemetry:
             self._replies.append(ref)
         return ref
 
+    def drain(self, timeout: float = 30.0) -> None:
+        """Send what is buffered and wait (up to ``timeout`` s) until the recorder has taken
+        every batch sent so far: before the last checkpoint of a stop, so that no step
+        logged before it arrives after the job has ended."""
+        self.flush()
+        pending = list(self._replies)
+        if not pending:
+            return
+        import ray
+
+        with contextlib.suppress(Exception):  # the recorder is gone: nothing to wait for
+            ray.wait(pending, num_returns=len(pending), timeout=timeout)
+
     def _read_replies(self) -> None:
         """Look at the recorder's replies that have arrived (never waits for one)."""
         if not self._replies or self.stop_requested:
@@ -615,6 +628,7 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
         stop_seen = worker.stop_requested
         if stop_seen:  # tells the recorder: the last checkpoint before the stop
             metrics = {**metrics, STOP_SEEN: 1}
+            worker.drain()  # every step logged so far reaches the run before the job ends
         t0 = time.perf_counter()
         result = report(metrics, checkpoint, *args, **kwargs)
         step = metrics.get("step")
