@@ -33,6 +33,10 @@ def launch(
     run_name: str = "",
     cpus_per_worker: float = 1.0,
     gpus_per_worker: float = 0.0,
+    accelerator: str | None = None,
+    resources: dict[str, float] | None = None,
+    placement: str = "pack",
+    label_selector: dict[str, str] | list[dict[str, str]] | None = None,
     max_failures: int = 0,
     max_preemptions: int = -1,
     keep_checkpoints: int = 2,
@@ -60,7 +64,11 @@ def launch(
 
     ``fn`` is ordinary Ray Train code taking one ``config`` dict. Returns a :class:`Job`
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
-    ``job.dashboard()``). ``peak_tflops`` (per accelerator) and ``flops_per_token``
+    ``job.dashboard()``). ``accelerator`` (``gpu``, ``npu``, ``hpu``, ``cpu``) names
+    what ``gpus_per_worker`` counts; ``resources`` adds custom Ray resources per worker;
+    ``placement`` (``pack``, ``spread``, ``strict-pack``, ``strict-spread``) and
+    ``label_selector`` (Ray node labels, one dict or one per worker) say where the
+    workers go. ``peak_tflops`` (per accelerator) and ``flops_per_token``
     override what MFU is computed from; ``stall_timeout`` (s) and ``on_stall``
     (``warn``, ``restart`` or ``stop``) set stall detection; ``budget`` (an amount in
     the ``price_catalog``'s currency) stops the job before it spends more; ``spot``
@@ -87,6 +95,10 @@ def launch(
         workers=workers,
         cpus_per_worker=cpus_per_worker,
         gpus_per_worker=gpus_per_worker,
+        accelerator=accelerator,
+        resources=dict(resources or {}),
+        placement=placement,
+        label_selector=label_selector or {},
         max_failures=max_failures,
         max_preemptions=max_preemptions,
         keep_checkpoints=keep_checkpoints,

@@ -12,8 +12,9 @@ import shlex
 import time
 from typing import Any
 
+from .accelerators import ACCELERATORS
 from .chargeback import GROUPS, SORT_KEYS
-from .spec import ON_STALL, JobSpec
+from .spec import ON_STALL, PLACEMENTS, JobSpec, parse_pairs
 
 __all__ = [
     "CommandError",
@@ -71,7 +72,41 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     )
     launch.add_argument("--workers", type=int, default=2, help="Ray Train workers (ranks)")
     launch.add_argument("--cpus-per-worker", type=float, default=1.0)
-    launch.add_argument("--gpus-per-worker", type=float, default=0.0)
+    launch.add_argument(
+        "--gpus-per-worker",
+        "--accelerators-per-worker",
+        dest="gpus_per_worker",
+        type=float,
+        default=0.0,
+        help="accelerators (GPUs, NPUs or HPUs, by --accelerator) each worker uses",
+    )
+    launch.add_argument(
+        "--accelerator",
+        choices=list(ACCELERATORS),
+        help="gpu, npu, hpu or cpu (default: gpu with --gpus-per-worker, else cpu)",
+    )
+    launch.add_argument(
+        "--resources",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME=AMOUNT",
+        help="custom Ray resources each worker reserves",
+    )
+    launch.add_argument(
+        "--placement",
+        choices=list(PLACEMENTS),
+        default="pack",
+        help="pack (default: fewest nodes), spread, strict-pack (one node) or strict-spread",
+    )
+    launch.add_argument(
+        "--label-selector",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Ray node labels the workers' nodes must have (VALUE, !VALUE, in(A,B))",
+    )
     launch.add_argument(
         "--max-failures", type=int, default=0, help="worker-failure restarts (-1: unlimited)"
     )
@@ -305,6 +340,10 @@ def spec_from_args(
         workers=ns.workers,
         cpus_per_worker=ns.cpus_per_worker,
         gpus_per_worker=ns.gpus_per_worker,
+        accelerator=ns.accelerator,
+        resources=parse_pairs(ns.resources, "--resources"),
+        placement=ns.placement,
+        label_selector=parse_pairs(ns.label_selector, "--label-selector"),
         max_failures=ns.max_failures,
         max_preemptions=ns.max_preemptions,
         keep_checkpoints=ns.keep_checkpoints,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import tracking
+from .cluster import ClusterInfo, Placement, check_job, cluster_headers, describe, resolve_address
 from .services import ServiceProcess, Services, ensure_services, state_dir
 from .spec import JobSpec, SpecError, current_owner
 from .telemetry.cost import money
@@ -199,29 +200,6 @@ def _data_tag(data) -> dict[str, Any]:
     return {"digest": data.digest, "digest_of": data.digest_of, "source": data.source}
 
 
-def _check_resources(nodes: list[dict[str, float]], spec: JobSpec) -> None:
-    """Raise SpecError when the cluster can never place ``spec``'s workers.
-
-    ``nodes`` holds each alive node's total resources. A worker needs its whole shape on
-    one node; busy-but-existing resources are fine (the job waits as PENDING).
-    """
-    need = {"CPU": spec.cpus_per_worker, "GPU": spec.gpus_per_worker}
-    need = {k: v for k, v in need.items() if v > 0}
-    shape = ", ".join(f"{v:g} {k}" for k, v in need.items())
-    fits = [min(math.floor(n.get(k, 0.0) / v + 1e-9) for k, v in need.items()) for n in nodes]
-    if not fits or max(fits) == 0:
-        largest = ", ".join(f"{k} {max((n.get(k, 0.0) for n in nodes), default=0):g}" for k in need)
-        raise SpecError(
-            f"No node of the cluster has {shape} for one worker (the largest have "
-            f"{largest}); ask for less per worker or use a cluster with such nodes."
-        )
-    if sum(fits) < spec.workers:
-        raise SpecError(
-            f"The cluster can hold at most {sum(fits)} workers of {shape}, but "
-            f"{spec.workers} were asked for; use fewer workers or less per worker."
-        )
-
-
 def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:
     """The state shown to users (design: "Job states") from the run status and Ray's status."""
     if run_status == "FINISHED":
@@ -322,7 +300,10 @@ class JobManager:
     Parameters
     ----------
     address : str, optional
-        Ray dashboard (Jobs API) URL, ``http://host:8265``. None: the embedded local head.
+        Ray dashboard (Jobs API) URL, ``http://host:8265``. None: ``RAY_ADDRESS`` when it
+        is such a URL, else the embedded local head. The cluster's token comes from
+        :func:`~.cluster.cluster_headers` (its token file, ``RAY_AUTH_TOKEN``,
+        ``RAY_AUTH_TOKEN_PATH``).
     tracking_uri : str, optional
         MLflow tracking URI. None: the embedded local MLflow server.
     storage : str, optional
@@ -335,6 +316,7 @@ class JobManager:
         tracking_uri: str | None = None,
         storage: str | None = None,
     ):
+        address = resolve_address(address)
         self.local = address is None
         self._embedded = {"ray": address is None, "mlflow": tracking_uri is None}
         self._services: Services | None = None
@@ -343,7 +325,7 @@ class JobManager:
         self.address = address or self._services.dashboard_url
         self.tracking_uri = tracking_uri or self._services.tracking_uri
         self.storage = storage or (self._services.storage_path if self._services else None)
-        self._jobs_client = None
+        self._clients: dict[str, Any] = {}
         self._mlflow = tracking.client(self.tracking_uri)
 
     def services_alive(self) -> bool:
@@ -354,43 +336,64 @@ class JobManager:
         return all(n in procs and procs[n].alive() for n, used in self._embedded.items() if used)
 
     # -- clients -----------------------------------------------------------------
+    def _headers(self, address: str) -> dict[str, str]:
+        """The cluster's auth header; the embedded head's token is Ray's own default
+        (``RAY_AUTH_TOKEN_PATH`` in this process)."""
+        return {} if self.local and address == self.address else cluster_headers(address)
+
     @property
     def jobs_client(self):
-        """The Ray ``JobSubmissionClient`` (token auth from ``RAY_AUTH_TOKEN_PATH``)."""
-        if self._jobs_client is None:
-            import ray._private.runtime_env.packaging as packaging
-            import ray.dashboard.modules.dashboard_sdk as sdk
-            import ray.dashboard.modules.job.sdk as job_sdk
-            from ray.job_submission import JobSubmissionClient
+        """The Ray ``JobSubmissionClient`` of this manager's cluster (with its token)."""
+        return self._jobs_client_for(self.address)
 
-            # Ray's upload chatter belongs in the job's logs, not in the notebook.
-            for logger in (sdk.logger, job_sdk.logger, packaging.default_logger):
-                logger.setLevel(logging.WARNING)
+    def _jobs_client_for(self, address: str):
+        """A ``JobSubmissionClient`` for the cluster at ``address`` (cached); raises
+        SpecError with one sentence when the cluster does not answer."""
+        client = self._clients.get(address)
+        if client is not None:
+            return client
+        import ray._private.runtime_env.packaging as packaging
+        import ray.dashboard.modules.dashboard_sdk as sdk
+        import ray.dashboard.modules.job.sdk as job_sdk
+        from ray.job_submission import JobSubmissionClient
 
-            try:
-                self._jobs_client = JobSubmissionClient(self.address)
-            except Exception as exc:
-                raise SpecError(
-                    f"Cannot reach the Ray cluster at {self.address}: "
-                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                ) from exc
-        return self._jobs_client
+        # Ray's upload chatter belongs in the job's logs, not in the notebook.
+        for logger in (sdk.logger, job_sdk.logger, packaging.default_logger):
+            logger.setLevel(logging.WARNING)
+        try:
+            client = JobSubmissionClient(address, headers=self._headers(address) or None)
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            hint = (
+                ""
+                if self.local
+                else "; check the address (the head's dashboard, port 8265 by default) and"
+                " that this machine reaches it (KubeRay: kubectl port-forward"
+                " svc/CLUSTER-head-svc 8265)"
+            )
+            raise SpecError(f"Cannot reach the Ray cluster at {address}: {first}{hint}.") from exc
+        self._clients[address] = client
+        return client
 
-    def _node_resources(self, settle_s: float = 45.0) -> list[dict[str, float]]:
-        """Total resources of each alive node.
+    def cluster(self, settle_s: float = 45.0) -> ClusterInfo:
+        """This manager's cluster: versions, and every alive node's host, total resources
+        and labels (:class:`~.cluster.ClusterInfo`).
 
         A head started a moment ago lists itself before its resources are registered;
         such a list (every node empty) is read again for up to ``settle_s`` seconds.
+        Raises SpecError when the cluster does not answer.
         """
-        from ray.util.state import list_nodes
+        from ray.util.state import StateApiClient
+        from ray.util.state.common import ListApiOptions, StateResource
 
         deadline = time.monotonic() + settle_s
+        headers = self._headers(self.address)
         while True:
             try:
-                nodes = list_nodes(
-                    address=self.address,
-                    filters=[("state", "=", "ALIVE")],
-                    detail=True,
+                client = StateApiClient(address=self.address, headers=headers or None)
+                nodes = client.list(
+                    StateResource.NODES,
+                    options=ListApiOptions(filters=[("state", "=", "ALIVE")], detail=True),
                     raise_on_missing_output=False,
                 )
             except Exception as exc:  # the head is gone or overloaded: one sentence
@@ -402,10 +405,21 @@ class JobManager:
                 raise SpecError(
                     f"The Ray cluster at {self.address} does not answer ({first}){where}."
                 ) from exc
-            resources = [dict(n.resources_total or {}) for n in nodes]
-            if any(resources) or time.monotonic() > deadline:
-                return resources
+            if any(n.resources_total for n in nodes) or time.monotonic() > deadline:
+                return describe(self.address, headers, nodes)
             time.sleep(0.5)
+
+    def check(self, spec: JobSpec) -> Placement:
+        """Every check of ``spec`` against this cluster before submission (see
+        :func:`~.cluster.check_job`); returns where it may run. Raises SpecError."""
+        self.jobs_client  # noqa: B018 (reachability first: its error is the clearest)
+        storage = spec.storage or self.storage
+        if storage is None and not self.local:
+            raise SpecError(
+                "A remote cluster needs --storage, a path all its nodes share"
+                " (s3://BUCKET/PATH, or NFS mounted at the same place on every node)."
+            )
+        return check_job(self.cluster(), spec, self.tracking_uri, storage, remote=not self.local)
 
     # -- submit ------------------------------------------------------------------
     def submit(
@@ -446,10 +460,7 @@ class JobManager:
             except (ValueError, TypeError, OSError) as exc:
                 text = str(exc)
                 raise SpecError(text[:1].upper() + text[1:]) from None
-        self.jobs_client  # noqa: B018 (reachability check before anything is created)
-        if spec.storage is None and not self.local and self.storage is None:
-            raise SpecError("A remote cluster needs --storage (a path all its nodes share).")
-        _check_resources(self._node_resources(), spec)
+        placement = self.check(spec)
 
         job_id = f"tf-{secrets.token_hex(4)}"
         submission_id = f"{job_id}-0"
@@ -463,6 +474,7 @@ class JobManager:
             "tracking_uri": self.tracking_uri,
             "storage_path": storage,
             "price_catalog": dataclasses.asdict(spec.catalog()),
+            "min_nodes": placement.min_nodes,
         }
         tags = {
             TAG.JOB_ID: job_id,
@@ -574,7 +586,7 @@ class JobManager:
         if max_failures is not None:
             changes["max_failures"] = max_failures
         spec = JobSpec(**{**meta["spec"], **changes})  # validates again (working_dir, ...)
-        _check_resources(self._node_resources(), spec)
+        meta["min_nodes"] = self.check(spec).min_nodes
         count = int(tags.get(TAG.RESUMES) or 0) + 1
         meta.update(spec=spec.to_dict(), resume=count)
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
@@ -739,18 +751,22 @@ class JobManager:
         """
         tags = run.data.tags
         address = tags.get(TAG.DASHBOARD, self.address)
-        if address != self.address:
-            head = tags.get(TAG.LOCAL_HEAD, "")
-            if head and not _local_head_alive(head):
+        head = tags.get(TAG.LOCAL_HEAD, "")
+        if address != self.address and head:  # another state directory's embedded head
+            if not _local_head_alive(head):
                 return (
                     None,
                     f"the local Ray head that ran it (pid {head.split(':')[0]}) has stopped",
                 )
-            return "UNKNOWN", f"the job ran on another cluster ({address})"
+            return "UNKNOWN", f"the job ran on another local Ray head ({address})"
         try:
-            info = self.jobs_client.get_job_info(tags.get(TAG.SUBMISSION, ""))
-        except SpecError:
-            raise
+            client = self._jobs_client_for(address)
+        except SpecError as exc:
+            if address == self.address:
+                raise
+            return "UNKNOWN", f"its cluster does not answer: {exc}"
+        try:
+            info = client.get_job_info(tags.get(TAG.SUBMISSION, ""))
         except Exception as exc:  # 404: the cluster does not know this submission
             return None, str(exc).splitlines()[0] if str(exc) else ""
         status = info.status.value if hasattr(info.status, "value") else info.status
@@ -823,7 +839,8 @@ class JobManager:
 
     def _driver_log(self, run) -> str:
         try:
-            return self.jobs_client.get_job_logs(run.data.tags[TAG.SUBMISSION])
+            client = self._jobs_client_for(run.data.tags.get(TAG.DASHBOARD) or self.address)
+            return client.get_job_logs(run.data.tags[TAG.SUBMISSION])
         except SpecError:
             raise
         except Exception as exc:
@@ -839,7 +856,9 @@ class JobManager:
         if rank not in known:
             ranks = ", ".join(map(str, known)) or "none has started yet"
             raise JobNotFound(f"Job {tags.get(TAG.JOB_ID)} has no rank {rank} (ranks: {ranks}).")
-        return json.loads(tags[f"{TAG.RANK}{rank}"])
+        where = json.loads(tags[f"{TAG.RANK}{rank}"])
+        where["address"] = tags.get(TAG.DASHBOARD) or self.address
+        return where
 
     def _log_chunks(
         self, where: dict[str, Any], suffix: str, tail: int, follow: bool = False
@@ -852,6 +871,8 @@ class JobManager:
             get_auth_headers_if_auth_enabled,
         )
 
+        address = where.get("address") or self.address
+        headers = self._headers(address) or get_auth_headers_if_auth_enabled({})
         media = "stream" if follow else "file"
         query = {
             "node_id": where["node_id"],
@@ -862,9 +883,9 @@ class JobManager:
             "timeout": 30,
         }
         with requests.get(
-            f"{self.address.rstrip('/')}/api/v0/logs/{media}",
+            f"{address.rstrip('/')}/api/v0/logs/{media}",
             params=query,
-            headers=get_auth_headers_if_auth_enabled({}),
+            headers=headers,
             stream=True,
             timeout=None if follow else 60,
         ) as reply:
@@ -975,7 +996,8 @@ class JobManager:
         if not now:
             return self.info(job_id)
         try:
-            self.jobs_client.stop_job(run.data.tags[TAG.SUBMISSION])
+            client = self._jobs_client_for(run.data.tags.get(TAG.DASHBOARD) or self.address)
+            client.stop_job(run.data.tags[TAG.SUBMISSION])
         except SpecError:
             raise
         except Exception:  # already gone: reconciliation below closes the run

@@ -11,12 +11,32 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ON_STALL", "JobSpec", "SpecError", "current_owner", "flatten", "parse_env"]
+__all__ = [
+    "ON_STALL",
+    "PLACEMENTS",
+    "JobSpec",
+    "SpecError",
+    "current_owner",
+    "flatten",
+    "parse_env",
+    "parse_pairs",
+]
 
 DEFAULT_EXPERIMENT = "trainfactory"
 #: What a stall (no progress for ``stall_timeout`` s) does; see :class:`JobSpec`.
 ON_STALL = ("warn", "restart", "stop")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``--placement`` -> Ray's placement group strategy (``ray.util.placement_group``), which
+#: Ray Train uses for the workers' bundles (``ScalingConfig.placement_strategy``).
+PLACEMENTS = {
+    "pack": "PACK",
+    "spread": "SPREAD",
+    "strict-pack": "STRICT_PACK",
+    "strict-spread": "STRICT_SPREAD",
+}
+#: Resources with their own option; ``resources`` holds the custom ones.
+_BUILTIN_RESOURCES = ("CPU", "GPU", "NPU", "HPU", "TPU", "memory", "object_store_memory")
+_LABEL_KEY = re.compile(r"^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
 class SpecError(ValueError):
@@ -45,6 +65,45 @@ def parse_env(items: list[str] | dict[str, str] | None) -> dict[str, str]:
         if not _ENV_KEY.match(key):
             raise SpecError(f"{key!r} is not a valid environment variable name.")
     return {k: str(v) for k, v in pairs}
+
+
+def parse_pairs(items: list[str] | dict[str, str] | None, option: str) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` (or a dict) -> ``{"KEY": "VALUE"}`` for ``option``'s message;
+    raises SpecError on an item without ``=`` or an empty key."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        return {str(k): str(v) for k, v in items.items()}
+    out = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"{option} takes KEY=VALUE, got {item!r}.")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _label_selector(value: Any, workers: int) -> dict[str, str] | list[dict[str, str]]:
+    """Validate a Ray label selector: one ``{label: expression}`` for every worker, or a
+    list of them, one per worker (Ray Train's per-worker-group form). An expression is
+    ``value``, ``!value``, ``in(a,b)`` or ``!in(a,b)`` (Ray's label selector syntax)."""
+    selectors = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and len(value) != workers:
+        raise SpecError(
+            f"A per-worker label_selector list needs one entry per worker ({workers}),"
+            f" got {len(value)}."
+        )
+    out = []
+    for selector in selectors:
+        if not isinstance(selector, dict):
+            raise SpecError(f"A label selector is a dict of label -> value, got {selector!r}.")
+        for key, expr in selector.items():
+            if not _LABEL_KEY.match(str(key)):
+                raise SpecError(f"{key!r} is not a node label name (like 'ray.io/node-group').")
+            if not str(expr).strip() or str(expr).strip() in ("!", "in()", "!in()"):
+                raise SpecError(f"The label selector {key}= needs a value.")
+        out.append({str(k): str(v).strip() for k, v in selector.items()})
+    return out if isinstance(value, list) else out[0]
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, str]:
@@ -81,7 +140,21 @@ class JobSpec:
     workers : int
         Number of Ray Train workers (ranks), >= 1.
     cpus_per_worker, gpus_per_worker : float
-        Resources each worker reserves (Ray ``CPU`` and ``GPU`` units).
+        Resources each worker reserves: Ray ``CPU`` units, and accelerator units of the
+        ``accelerator``'s Ray resource (``GPU``, ``NPU`` or ``HPU``).
+    accelerator : str
+        ``gpu``, ``npu``, ``hpu`` or ``cpu`` (:data:`~.accelerators.ACCELERATORS`): the Ray
+        resource, torch backend and telemetry of the workers. Default: ``gpu`` when
+        ``gpus_per_worker`` > 0, else ``cpu``.
+    resources : dict
+        Custom Ray resources each worker also reserves (``{"rack_a": 1}``).
+    placement : str
+        ``pack`` (default: as few nodes as possible, best effort), ``spread``,
+        ``strict-pack`` (one node, or the job is refused) or ``strict-spread`` (one worker
+        per node): Ray's placement group strategies (:data:`PLACEMENTS`).
+    label_selector : dict or list of dict
+        Ray label selector the workers' nodes must match (``{"ray.io/accelerator-type":
+        "H100"}``), or one per worker.
     max_failures : int
         Worker-failure restarts Ray Train may make (-1: unlimited), mapped to ``FailureConfig``.
     max_preemptions : int
@@ -139,6 +212,10 @@ class JobSpec:
     workers: int = 2
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
+    accelerator: str | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    placement: str = "pack"
+    label_selector: dict[str, str] | list[dict[str, str]] = field(default_factory=dict)
     max_failures: int = 0
     max_preemptions: int = -1
     keep_checkpoints: int = 2
@@ -179,6 +256,7 @@ class JobSpec:
             raise SpecError(
                 "A worker needs some CPU or GPU; set cpus_per_worker or gpus_per_worker above 0."
             )
+        self._validate_placement()
         _check_number("max_failures", self.max_failures, -1, integer=True)
         self.max_failures = int(self.max_failures)
         _check_number("max_preemptions", self.max_preemptions, -1, integer=True)
@@ -242,6 +320,66 @@ class JobSpec:
                 " set --max-failures (max_failures) to 1 or more, or -1."
             )
 
+    def _validate_placement(self) -> None:
+        from .accelerators import accelerator, default_accelerator
+
+        try:
+            row = accelerator(self.accelerator or default_accelerator(self.gpus_per_worker))
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        self.accelerator = row.name
+        if row.resource is None and self.gpus_per_worker:
+            raise SpecError(
+                "--accelerator cpu takes no accelerators; drop --gpus-per-worker or name"
+                " the accelerator (gpu, npu, hpu)."
+            )
+        if row.resource is not None and not self.gpus_per_worker:
+            raise SpecError(
+                f"--accelerator {row.name} needs --gpus-per-worker N, the {row.resource}s"
+                " each worker uses."
+            )
+        resources = self.resources or {}
+        if isinstance(resources, list):
+            resources = parse_pairs(resources, "--resources")
+        if not isinstance(resources, dict):
+            raise SpecError(f"resources must be a dict, got {type(resources).__name__}.")
+        checked = {}
+        for key, value in resources.items():
+            if key in _BUILTIN_RESOURCES:
+                raise SpecError(
+                    f"{key} has its own option (--cpus-per-worker, --gpus-per-worker with"
+                    " --accelerator); --resources is for custom resources."
+                )
+            try:
+                amount = float(value)
+            except (TypeError, ValueError):
+                raise SpecError(f"--resources {key}= takes a number, got {value!r}.") from None
+            _check_number(f"resources[{key!r}]", amount, 0)
+            if amount > 0:
+                checked[str(key)] = amount
+        self.resources = checked
+        placement = str(self.placement or "pack").lower().replace("_", "-")
+        if placement not in PLACEMENTS:
+            raise SpecError(f"--placement takes {', '.join(PLACEMENTS)}, got {self.placement!r}.")
+        self.placement = placement
+        selector = self.label_selector or {}
+        if isinstance(selector, (list, tuple)) and all(isinstance(x, str) for x in selector):
+            selector = parse_pairs(list(selector), "--label-selector")
+        self.label_selector = _label_selector(
+            list(selector) if isinstance(selector, tuple) else selector, self.workers
+        )
+
+    def worker_resources(self) -> dict[str, float]:
+        """The Ray resources of one worker: ``{"CPU": 1, "GPU": 1, "rack_a": 1}``."""
+        from .accelerators import accelerator
+
+        need = {"CPU": float(self.cpus_per_worker)}
+        resource = accelerator(self.accelerator or "cpu").resource
+        if resource and self.gpus_per_worker:
+            need[resource] = float(self.gpus_per_worker)
+        need.update(self.resources)
+        return {k: v for k, v in need.items() if v > 0}
+
     def catalog(self):
         """The :class:`~.telemetry.cost.PriceCatalog` this job is metered with.
 
@@ -274,6 +412,8 @@ class JobSpec:
             "workers": str(self.workers),
             "cpus_per_worker": f"{self.cpus_per_worker:g}",
             "gpus_per_worker": f"{self.gpus_per_worker:g}",
+            "accelerator": str(self.accelerator),
+            "placement": self.placement,
             "max_failures": str(self.max_failures),
             "max_preemptions": str(self.max_preemptions),
             "keep_checkpoints": str(self.keep_checkpoints),
@@ -281,6 +421,10 @@ class JobSpec:
         }
         if self.working_dir:
             params["working_dir"] = self.working_dir
+        if self.resources:
+            params["resources"] = json.dumps(self.resources, sort_keys=True)
+        if self.label_selector:
+            params["label_selector"] = json.dumps(self.label_selector, sort_keys=True)[:6000]
         if self.keep_best:
             params["keep_best"] = self.keep_best
         if self.peak_tflops:

@@ -62,6 +62,10 @@ class TAG:
     STORAGE = "trainfactory.storage"
     REGISTERED = "trainfactory.registered"  # on a checkpoint's LoggedModel: "NAME/VERSION"
     DELETED = "trainfactory.checkpoint.deleted"  # on a checkpoint's LoggedModel: when
+    # JSON {"strategy", "min_nodes", "nodes": {node label: [ranks]}, "ranks": {rank: label}}:
+    # where the current attempt's workers were placed
+    PLACEMENT = "trainfactory.placement"
+    PLACEMENT_WARNING = "trainfactory.placement.warning"  # a pack request that ended spread
 
 
 @dataclass(frozen=True)

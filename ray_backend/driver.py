@@ -35,35 +35,138 @@ def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
 
 
 def _resources_text(spec: dict[str, Any]) -> str:
+    """``2 workers x (1 CPU, 1 GPU), placement pack, labels ray.io/market-type=spot``."""
+    from jupyter_trainfactory.accelerators import accelerator
+
     parts = [f"{spec['cpus_per_worker']:g} CPU"]
-    if spec["gpus_per_worker"]:
-        parts.append(f"{spec['gpus_per_worker']:g} GPU")
+    resource = accelerator(spec.get("accelerator") or "cpu").resource
+    if resource and spec["gpus_per_worker"]:
+        parts.append(f"{spec['gpus_per_worker']:g} {resource}")
+    parts += [f"{v:g} {k}" for k, v in (spec.get("resources") or {}).items()]
     n = spec["workers"]
-    return f"{n} worker{'s' if n != 1 else ''} x ({', '.join(parts)})"
+    text = f"{n} worker{'s' if n != 1 else ''} x ({', '.join(parts)})"
+    text += f", placement {spec.get('placement') or 'pack'}"
+    selector = spec.get("label_selector")
+    if selector:
+        selectors = selector if isinstance(selector, list) else [selector]
+        labels = {f"{k}={v}" for s in selectors for k, v in s.items()}
+        text += f", labels {' '.join(sorted(labels))}"
+    return text
 
 
-def _start_samplers(ray, recorder, job_id: str) -> list[Any]:
-    """One NodeSampler per alive node, named so that the node's workers can find it."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
-    from ray_backend.sampler import NodeSampler
-    from ray_backend.session import RECORDER_NAMESPACE, sampler_name
 
-    actor = ray.remote(NodeSampler)
-    samplers = []
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
-        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        samplers.append(
-            actor.options(
-                num_cpus=0,
-                scheduling_strategy=strategy,
-                name=sampler_name(job_id, node["NodeID"]),
-                namespace=RECORDER_NAMESPACE,
-            ).remote(recorder, node["NodeManagerAddress"])
+class NodeSamplers:
+    """One NodeSampler per node that hosts the job's workers, started as they appear.
+
+    :meth:`poll` (every second, from the driver's main loop) reads where the ranks run
+    from the recorder, starts the sampler of each new node (pinned to it, named
+    ``sampler_name(job, node)``), hands it the devices its workers see, and once every
+    rank is placed records the job's placement (tag ``trainfactory.placement``) and
+    warns when a ``pack`` request ended on more nodes than needed. A node's label is its
+    address (``10-0-0-12``), with a node id prefix when several nodes share the address.
+    """
+
+    def __init__(self, ray, recorder, meta: dict[str, Any]):
+        from jupyter_trainfactory.accelerators import accelerator
+
+        spec = meta["spec"]
+        self._ray = ray
+        self._recorder = recorder
+        self._job_id = meta["job_id"]
+        self._workers = int(spec["workers"])
+        self._strategy = spec.get("placement", "pack")
+        self._min_nodes = int(meta.get("min_nodes") or 1)
+        self._accelerator = accelerator(spec.get("accelerator") or "cpu")
+        self._actors: dict[str, Any] = {}
+        self._labels: dict[str, str] = {}
+        self._watched: set[tuple[str, str | None]] = set()
+        self._placement: dict[str, list[int]] | None = None
+
+    def _label(self, node_id: str, node_ip: str) -> str:
+        from ray_backend.sampler import node_label
+
+        if node_id not in self._labels:
+            same = [
+                n
+                for n in self._ray.nodes()
+                if n.get("Alive") and n["NodeManagerAddress"] == node_ip
+            ]
+            label = node_label(node_ip)
+            self._labels[node_id] = label if len(same) <= 1 else f"{label}-{node_id[:6]}"
+        return self._labels[node_id]
+
+    def poll(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from ray_backend.sampler import NodeSampler
+        from ray_backend.session import RECORDER_NAMESPACE, sampler_name
+
+        ranks = self._ray.get(self._recorder.ranks.remote(), timeout=30)
+        for info in ranks.values():
+            node_id = info["node_id"]
+            if node_id not in self._actors:
+                self._actors[node_id] = (
+                    self._ray.remote(NodeSampler)
+                    .options(
+                        num_cpus=0,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                        name=sampler_name(self._job_id, node_id),
+                        namespace=RECORDER_NAMESPACE,
+                    )
+                    .remote(
+                        self._recorder,
+                        self._label(node_id, info["node_ip"]),
+                        accelerator=self._accelerator.name,
+                    )
+                )
+            env = self._accelerator.visible_env
+            visible = (info.get("visible") or {}).get(env) if env else None
+            if env and (node_id, visible) not in self._watched:
+                self._watched.add((node_id, visible))
+                self._actors[node_id].watch_devices.remote(visible)
+        if len(ranks) == self._workers:
+            nodes: dict[str, list[int]] = {}
+            for rank, info in sorted(ranks.items()):
+                label = self._label(info["node_id"], info["node_ip"])
+                nodes.setdefault(label, []).append(int(rank))
+            if nodes != self._placement:
+                self._placement = nodes
+                self._record(nodes)
+
+    def _record(self, nodes: dict[str, list[int]]) -> None:
+        from jupyter_trainfactory.tracking import TAG
+
+        where = "; ".join(f"{label}: {_ranks_text(r)}" for label, r in sorted(nodes.items()))
+        n = len(nodes)
+        print(
+            f"trainfactory: placement {self._strategy}: {self._workers} worker"
+            f"{'s' if self._workers != 1 else ''} on {n} node{'s' if n != 1 else ''} ({where})",
+            flush=True,
         )
-    return samplers
+        warning = ""
+        if self._strategy == "pack" and n > self._min_nodes:
+            warning = (
+                f"pack placed the workers on {n} nodes, though {self._min_nodes} can hold"
+                f" them (the rest were busy): cross-node allreduce is slower; --placement"
+                f" strict-pack waits for free nodes instead"
+            )
+            print(f"trainfactory: warning: {warning}", flush=True)
+        placement = {
+            "strategy": self._strategy,
+            "min_nodes": self._min_nodes,
+            "nodes": nodes,
+            "ranks": {str(r): label for label, ranks in nodes.items() for r in ranks},
+        }
+        self._recorder.set_tags.remote(
+            {TAG.PLACEMENT: json.dumps(placement), TAG.PLACEMENT_WARNING: warning}
+        )
+
+    def stop(self) -> None:
+        for actor in self._actors.values():
+            actor.stop.remote()
 
 
 def _checkpoint_config(config_class, spec: dict[str, Any]):
@@ -80,24 +183,34 @@ def _checkpoint_config(config_class, spec: dict[str, Any]):
 
 
 def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
-    """The ``TorchTrainer`` for this job (gloo on CPU, NCCL on GPU, chosen by Ray)."""
+    """The ``TorchTrainer`` for this job: resources, backend and placement from the
+    accelerator table (``jupyter_trainfactory.accelerators``) and the spec."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
 
+    from jupyter_trainfactory.accelerators import accelerator
+    from jupyter_trainfactory.spec import PLACEMENTS
     from ray_backend.callbacks import RecorderCallback
     from ray_backend.session import instrument
 
     spec = meta["spec"]
+    row = accelerator(spec.get("accelerator") or "cpu")
     resources = {"CPU": float(spec["cpus_per_worker"])}
-    if spec["gpus_per_worker"]:
-        resources["GPU"] = float(spec["gpus_per_worker"])
+    if row.resource and spec["gpus_per_worker"]:
+        resources[row.resource] = float(spec["gpus_per_worker"])
+    resources.update({k: float(v) for k, v in (spec.get("resources") or {}).items()})
+    # NVIDIA and CPU: Ray Train picks nccl or gloo itself; other vendors name theirs
+    torch_config = None if row.name in ("gpu", "cpu") else TorchConfig(backend=row.backend)
     return TorchTrainer(
         instrument(fn, meta["job_id"]),
         train_loop_config=meta["config"],
+        torch_config=torch_config,
         scaling_config=ScalingConfig(
             num_workers=spec["workers"],
-            use_gpu=bool(spec["gpus_per_worker"]),
+            use_gpu=row.use_gpu,
             resources_per_worker=resources,
+            placement_strategy=PLACEMENTS[spec.get("placement") or "pack"],
+            label_selector=spec.get("label_selector") or None,
         ),
         run_config=RunConfig(
             name=meta["job_id"],
@@ -144,7 +257,9 @@ def _run_fit(trainer, box: dict[str, Any], done: threading.Event) -> None:
         done.set()
 
 
-def _wait_for_fit(recorder, done: threading.Event, poll_s: float = 1.0) -> None:
+def _wait_for_fit(
+    recorder, done: threading.Event, samplers: NodeSamplers | None = None, poll_s: float = 1.0
+) -> None:
     """Wait for ``fit()`` (run in a thread); raise ``_GracefulStop`` when a stop is due.
 
     The main thread stays in Python, so Ray's own job stop (SIGTERM) still reaches the
@@ -153,6 +268,11 @@ def _wait_for_fit(recorder, done: threading.Event, poll_s: float = 1.0) -> None:
     import ray
 
     while not done.wait(poll_s):
+        if samplers is not None:
+            try:
+                samplers.poll()
+            except Exception as exc:  # telemetry must never end the job
+                print(f"trainfactory: node samplers: {exc}", flush=True)
         try:
             status = ray.get(recorder.stop_status.remote(), timeout=30)
         except ray.exceptions.GetTimeoutError:
@@ -202,14 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ray.get(recorder.ping.remote())
     recorder.set_state.remote("PENDING", f"waiting for resources: {_resources_text(meta['spec'])}")
-    samplers = _start_samplers(ray, recorder, meta["job_id"])
+    samplers = NodeSamplers(ray, recorder, meta)
     started = time.time()
     box: dict[str, Any] = {}
     done = threading.Event()
     trainer = build_trainer(meta, fn, recorder)
     threading.Thread(target=_run_fit, args=(trainer, box, done), daemon=True).start()
     try:
-        _wait_for_fit(recorder, done)
+        _wait_for_fit(recorder, done, samplers)
         if "error" in box:
             raise box["error"]
         error = getattr(box.get("result"), "error", None)
@@ -225,8 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         ray.get(recorder.finish.remote("FAILED", "FAILED", error=last_line(exc)), timeout=330)
         return 1
     finally:
-        for sampler in samplers:
-            sampler.stop.remote()
+        samplers.stop()
     print(f"trainfactory: training finished in {time.time() - started:.1f} s", flush=True)
     stop = ray.get(recorder.stop_status.remote(), timeout=30)
     if stop is not None:  # the loop obeyed should_stop() and returned: a stopped job

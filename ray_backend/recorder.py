@@ -610,6 +610,12 @@ class RunRecorder:
             ]
         return killed
 
+    def ranks(self) -> dict[int, dict[str, Any]]:
+        """Where the current attempt's ranks run: ``{rank: {pid, node_id, node_ip,
+        visible}}`` (ranks appear as their workers start)."""
+        with self._lock:
+            return {r: dict(info) for r, info in self._ranks.items()}
+
     def ranks_on_node(self, node: str) -> list[int]:
         """Ranks whose worker runs on ``node`` (an IP, or a node id or its prefix)."""
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_trainfactory.telemetry.system import (
@@ -14,12 +15,62 @@ from jupyter_trainfactory.telemetry.system import (
     visible_gpus,
 )
 
-__all__ = ["NodeSampler", "node_label"]
+__all__ = ["READERS", "NodeSampler", "NvmlReader", "node_label"]
 
 
 def node_label(node_ip: str) -> str:
     """Metric-key form of a node address: ``10.0.0.12`` -> ``10-0-0-12``."""
     return node_ip.replace(".", "-").replace(":", "-")
+
+
+class NvmlReader:
+    """NVIDIA GPUs through NVML (nvidia-ml-py): the device reader ``"nvml"``.
+
+    A device reader has ``note`` (None, or one sentence saying why it reads nothing),
+    ``visible(env_value) -> devices`` (the devices a worker with this visible-devices
+    variable uses; each with ``label``, ``uuid``, ``name``, ``mig``), ``sample(device)
+    -> {name: value}`` (the names and units of
+    :func:`~jupyter_trainfactory.telemetry.system.gpu_sample`) and ``close()``.
+    """
+
+    def __init__(self):
+        try:
+            import pynvml
+        except ImportError:
+            pynvml = None
+        self._pynvml = pynvml
+        self.note = init_nvml(pynvml)
+
+    def visible(self, env_value: str | None) -> list[Any]:
+        return visible_gpus(self._pynvml, env_value)
+
+    def sample(self, device: Any) -> dict[str, float | None]:
+        return gpu_sample(self._pynvml, device.handle)
+
+    def close(self) -> None:
+        if not self.note:
+            nvml_shutdown(self._pynvml)
+
+
+#: Device readers by the name in :data:`jupyter_trainfactory.accelerators.ACCELERATORS`
+#: (``sampler``). A vendor's reader is added here; until then its jobs say "unavailable".
+READERS: dict[str, Callable[[], Any]] = {"nvml": NvmlReader}
+
+
+def _reader(accelerator: str) -> tuple[Any, str | None]:
+    """(device reader or None, note) for the job's accelerator."""
+    from jupyter_trainfactory.accelerators import accelerator as row_of
+
+    row = row_of(accelerator)
+    if row.sampler in READERS:
+        reader = READERS[row.sampler]()
+        return (None, reader.note) if reader.note else (reader, None)
+    if row.resource is None:  # a CPU job: host metrics are all there is
+        return None, None
+    return None, (
+        f"{row.vendor} {row.resource} telemetry is unavailable: no sampler is implemented"
+        " for it yet; sampling CPU and host memory only."
+    )
 
 
 class NodeSampler:
@@ -32,23 +83,20 @@ class NodeSampler:
     cannot read are left out, never sent as 0. Totals that do not change (memory) go to
     the recorder once, with the device list.
 
-    Only the GPUs the job's workers see are sampled: each worker calls
-    :meth:`watch_devices` with its ``CUDA_VISIBLE_DEVICES``; until one does, the node's
-    GPUs are not sampled. Without NVML the sampler sends one note to the recorder and
-    samples CPU and host memory only. The metric step is the sample index.
+    Only the devices the job's workers see are sampled: the driver calls
+    :meth:`watch_devices` with each worker's visible-devices variable
+    (``CUDA_VISIBLE_DEVICES``); until it does, the node's devices are not sampled. The
+    device reader comes from the job's ``accelerator`` (:data:`READERS`); without one
+    (NVML missing, or a vendor without a reader yet) the sampler sends one note to the
+    recorder and samples CPU and host memory only. The metric step is the sample index.
     """
 
-    def __init__(self, recorder: Any, node_ip: str, interval_s: float = 1.0):
+    def __init__(self, recorder: Any, node: str, interval_s: float = 1.0, accelerator: str = "gpu"):
         import psutil
 
         self._psutil = psutil
-        try:
-            import pynvml
-        except ImportError:
-            pynvml = None
-        self._pynvml = pynvml
-        self._node = node_label(node_ip)
-        self._note = init_nvml(pynvml)
+        self._node = node_label(node)
+        self._reader, self._note = _reader(accelerator)
         self._devices: list[Any] = []
         self._recorder = recorder
         self._prefix = f"system/{self._node}"
@@ -61,15 +109,14 @@ class NodeSampler:
         self._thread = threading.Thread(target=self._loop, name="node-sampler", daemon=True)
         self._thread.start()
 
-    def watch_devices(self, cuda_visible_devices: str | None) -> list[str]:
-        """Add the GPUs a worker with this ``CUDA_VISIBLE_DEVICES`` sees; returns all labels."""
-        if self._note:
+    def watch_devices(self, visible_devices: str | None) -> list[str]:
+        """Add the devices a worker with this visible-devices value (``CUDA_VISIBLE_DEVICES``
+        for NVIDIA) sees; returns all labels."""
+        if self._reader is None:
             return []
         with self._lock:
             known = {d.uuid for d in self._devices}
-            new = [
-                d for d in visible_gpus(self._pynvml, cuda_visible_devices) if d.uuid not in known
-            ]
+            new = [d for d in self._reader.visible(visible_devices) if d.uuid not in known]
             if new:
                 self._devices.extend(new)
                 self._recorder.gpu_info.remote(
@@ -80,9 +127,7 @@ class NodeSampler:
                             "uuid": d.uuid,
                             "name": d.name,
                             "mig": d.mig,
-                            "memory_total_mb": gpu_sample(self._pynvml, d.handle).get(
-                                "memory_total_mb"
-                            ),
+                            "memory_total_mb": self._reader.sample(d).get("memory_total_mb"),
                         }
                         for d in self._devices
                     ],
@@ -97,7 +142,7 @@ class NodeSampler:
         with self._lock:
             devices = list(self._devices)
         for device in devices:
-            for key, value in gpu_sample(self._pynvml, device.handle).items():
+            for key, value in self._reader.sample(device).items():
                 if value is not None and key != "memory_total_mb":
                     values[f"{self._prefix}/{device.label}/{key}"] = value
         return values
@@ -113,5 +158,5 @@ class NodeSampler:
 
     def stop(self) -> None:
         self._stop.set()
-        if not self._note:
-            nvml_shutdown(self._pynvml)
+        if self._reader is not None:
+            self._reader.close()

@@ -666,6 +666,10 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     return undo
 
 
+#: The variables Ray sets to a worker's accelerators (``accelerators.ACCELERATORS``).
+_VISIBLE_ENVS = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES")
+
+
 def _device_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     try:
@@ -726,15 +730,16 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
     telemetry.set_info("device", device)
     node_id = ray.get_runtime_context().get_node_id()
     # where this rank runs: for root causes, `logs --rank` and `chaos --kill-worker`
+    # (the driver starts this node's sampler for the devices in `visible`)
     telemetry.set_info(
         "worker",
-        {"pid": os.getpid(), "node_id": node_id, "node_ip": ray.util.get_node_ip_address()},
+        {
+            "pid": os.getpid(),
+            "node_id": node_id,
+            "node_ip": ray.util.get_node_ip_address(),
+            "visible": {k: os.environ[k] for k in _VISIBLE_ENVS if k in os.environ},
+        },
     )
-    try:
-        sampler = ray.get_actor(sampler_name(job_id, node_id), namespace=RECORDER_NAMESPACE)
-        sampler.watch_devices.remote(device["cuda_visible_devices"])
-    except ValueError:
-        pass
     if rank == 0 and recorder is not None:
         recorder.set_state.remote("RUNNING", "")
         from jupyter_trainfactory import lineage

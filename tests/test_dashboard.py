@@ -102,8 +102,14 @@ def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
     client.set_tag(run_id, "trainfactory.nonfinite.first_key", "loss")
     client.set_tag(run_id, "trainfactory.nonfinite.first_step", "17")
     client.set_tag(run_id, "trainfactory.gpus.n1", '[{"label": "gpu0", "memory_total_mb": 143360}]')
+    placement = {"strategy": "pack", "min_nodes": 1, "nodes": {"n1": [0, 1], "n2": [2]}}
+    client.set_tag(run_id, "trainfactory.placement", json.dumps(placement))
+    client.set_tag(run_id, "trainfactory.placement.warning", "pack placed the workers on 2 nodes")
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
     header, nodes = board._header.value, board._nodes.value
+    assert "placement pack: 3 workers on 2 nodes" in nodes
+    assert "<b>warning</b>: pack placed the workers on 2 nodes" in nodes
+    assert "<td>n1</td><td>0, 1</td><td>CPU</td>" in nodes  # which ranks ran on the node
     for text in (
         "2,000 samples/s",
         "64,000 tokens/s",

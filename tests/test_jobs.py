@@ -83,7 +83,7 @@ def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
     jobs.append(waiting)
     info = _wait_for(lambda: (i := waiting.info()).reason.startswith("waiting") and i)
     assert info.state == "PENDING"
-    assert info.reason == "waiting for resources: 1 worker x (1 CPU)"
+    assert info.reason == "waiting for resources: 1 worker x (1 CPU), placement pack"
     assert waiting.stop(now=True) == "STOPPED"
     assert job.stop(now=True) == "STOPPED"
     run = mlflow_client.get_run(job.run_id)

@@ -3,7 +3,7 @@
 import pytest
 
 from jupyter_trainfactory.commands import CommandError, format_table, parse
-from jupyter_trainfactory.jobs import _check_resources
+from jupyter_trainfactory.cluster import ClusterInfo, Node, check_placement
 from jupyter_trainfactory.spec import JobSpec, SpecError, flatten, parse_env
 
 
@@ -56,15 +56,20 @@ def test_parse_env_and_flatten():
     assert flatten({"a": {"b": [1, 2]}, "c": "s"}) == {"a.b.0": "1", "a.b.1": "2", "c": "s"}
 
 
+def _cluster(*shapes: dict[str, float]) -> ClusterInfo:
+    nodes = [Node(f"n{i}", f"10.0.0.{i}", dict(shape)) for i, shape in enumerate(shapes)]
+    return ClusterInfo("http://head:8265", "2.60.0", "3.11.7", nodes)
+
+
 def test_resource_check_names_the_shortfall():
-    nodes = [{"CPU": 2.0}, {"CPU": 4.0}]
-    _check_resources(nodes, JobSpec("f", workers=6, cpus_per_worker=1))  # fits exactly
-    with pytest.raises(SpecError, match=r"No node of the cluster has 1 CPU, 1 GPU .*GPU 0\)"):
-        _check_resources(nodes, JobSpec("f", workers=1, gpus_per_worker=1))
+    cluster = _cluster({"CPU": 2.0}, {"CPU": 4.0})
+    check_placement(cluster, JobSpec("f", workers=6, cpus_per_worker=1))  # fits exactly
+    with pytest.raises(SpecError, match=r"No node of the cluster has 1 CPU, 1 GPU .*GPU 0"):
+        check_placement(cluster, JobSpec("f", workers=1, gpus_per_worker=1))
     with pytest.raises(SpecError, match="at most 3 workers of 2 CPU, but 4"):
-        _check_resources(nodes, JobSpec("f", workers=4, cpus_per_worker=2))
+        check_placement(cluster, JobSpec("f", workers=4, cpus_per_worker=2))
     with pytest.raises(SpecError, match="largest have CPU 4"):
-        _check_resources(nodes, JobSpec("f", workers=1, cpus_per_worker=8))
+        check_placement(cluster, JobSpec("f", workers=1, cpus_per_worker=8))
 
 
 def test_command_parser():

@@ -12,6 +12,7 @@ import html
 import json
 import math
 import threading
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -441,8 +442,29 @@ class JobDashboard(widgets.VBox):
                     continue
         return totals
 
+    def _placement(self) -> dict[str, Any]:
+        """The job's placement tag (strategy, nodes -> ranks), {} before every rank is placed."""
+        try:
+            placement = json.loads(self.model.tags.get(TAG.PLACEMENT) or "{}")
+        except ValueError:
+            return {}
+        return placement if isinstance(placement, dict) else {}
+
     def _nodes_html(self) -> str:
         nodes = self.model.nodes
+        placement = self._placement()
+        by_node = placement.get("nodes") or {}
+        caption = ""
+        if by_node:
+            n = len(by_node)
+            caption = (
+                f"<caption style='text-align:left'>placement {html.escape(placement.get('strategy', ''))}:"
+                f" {sum(len(r) for r in by_node.values())} workers on {n} node{'s' if n != 1 else ''}"
+            )
+            warning = self.model.tags.get(TAG.PLACEMENT_WARNING)
+            if warning:
+                caption += f" &mdash; <b>warning</b>: {html.escape(warning)}"
+            caption += "</caption>"
         if not nodes:
             return ""
         gpus = {
@@ -454,8 +476,9 @@ class JobDashboard(widgets.VBox):
         rows = []
         for node, values in sorted(nodes.items()):
             mem = values.get("memory_used_mb")
+            ranks = ", ".join(map(str, by_node.get(node, []))) or "-"
             rows.append(
-                f"<tr><td>{html.escape(node)}</td><td>CPU</td>"
+                f"<tr><td>{html.escape(node)}</td><td>{ranks}</td><td>CPU</td>"
                 f"<td>{values.get('cpu_utilization', float('nan')):.0f} %</td>"
                 f"<td>{'-' if mem is None else f'{mem / 1024:.1f} GiB'}</td><td></td><td></td></tr>"
             )
@@ -468,7 +491,7 @@ class JobDashboard(widgets.VBox):
                     if k.startswith(label + "/")
                 }
                 rows.append(
-                    f"<tr><td>{html.escape(node)}</td><td>{html.escape(label)}</td>"
+                    f"<tr><td>{html.escape(node)}</td><td></td><td>{html.escape(label)}</td>"
                     f"<td>{_num(g.get('utilization'), '%')}</td>"
                     f"<td>{_mem(g.get('memory_used_mb'), totals.get((node, label)))}</td>"
                     f"<td>{_num(g.get('power_w'), 'W')}</td>"
@@ -479,12 +502,14 @@ class JobDashboard(widgets.VBox):
             for metric, unit in (("utilization", "%"), ("power_w", "W"), ("memory_used_mb", "MB")):
                 stats = [c.get(f"gpu_{metric}_{s}") for s in ("min", "mean", "max")]
                 rows.append(
-                    f"<tr><td>cluster ({len(gpus)} GPUs)</td><td>{metric} min / mean / max</td>"
+                    f"<tr><td>cluster ({len(gpus)} GPUs)</td><td></td><td>{metric} min / mean / max</td>"
                     f"<td colspan=4>{' / '.join(_num(x, unit) for x in stats)}</td></tr>"
                 )
         return (
-            "<table><tr><th>node</th><th>device</th><th>utilization</th><th>memory used</th>"
-            "<th>power</th><th>temperature</th></tr>" + "".join(rows) + "</table>"
+            f"<table>{caption}<tr><th>node</th><th>ranks</th><th>device</th><th>utilization</th>"
+            "<th>memory used</th><th>power</th><th>temperature</th></tr>"
+            + "".join(rows)
+            + "</table>"
         )
 
     def wait(self, timeout: float | None = None) -> None:
