@@ -3,6 +3,15 @@
 Both run as their own processes (new sessions), so a job outlives the kernel that
 launched it, and a second kernel or process reuses them. Everything they keep lives
 under one state directory (:func:`state_dir`).
+
+Two optional environment variables size the Ray head (read when it is started; unset or
+empty keeps Ray's own defaults: every CPU, and an object store of about 30 % of memory):
+
+``TRAINFACTORY_RAY_NUM_CPUS``
+    CPUs the head offers (``ray start --num-cpus``), a whole number, at least 1.
+``TRAINFACTORY_RAY_OBJECT_STORE_MB``
+    Size of the object store in MiB (``ray start --object-store-memory``, passed in
+    bytes), a whole number, at least 75 (Ray's minimum).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,6 +48,10 @@ __all__ = [
 ]
 
 STATE_ENV = "TRAINFACTORY_HOME"
+NUM_CPUS_ENV = "TRAINFACTORY_RAY_NUM_CPUS"
+OBJECT_STORE_ENV = "TRAINFACTORY_RAY_OBJECT_STORE_MB"
+#: Ray refuses an object store under 75 MiB (``OBJECT_STORE_MINIMUM_MEMORY_BYTES``).
+_MIN_OBJECT_STORE_MB = 75
 HOST = "127.0.0.1"
 #: Ray refuses Unix socket paths longer than 107 bytes (``sockaddr_un.sun_path``);
 #: its session directory adds about 70 bytes below ``--temp-dir``.
@@ -202,15 +216,35 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], log: Path, url: str)
     return ServiceProcess(name, proc.pid, psutil.Process(proc.pid).create_time(), url, str(log))
 
 
-def _start_ray(home: Path, token: Path) -> tuple[ServiceProcess, str, str]:
-    gcs_port, dash_port = _free_port(), _free_port()
-    ports = {
-        "--ray-client-server-port": _free_port(),
-        "--dashboard-agent-listen-port": _free_port(),
-        "--dashboard-agent-grpc-port": _free_port(),
-        "--runtime-env-agent-port": _free_port(),
-        "--metrics-export-port": _free_port(),
-    }
+def _env_int(environ: Mapping[str, str], name: str, minimum: int, what: str) -> int | None:
+    """A whole number from ``environ[name]``, None when unset or empty."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ServiceError(
+            f"{name} must be a whole number of {what}, at least {minimum} (got {raw!r})."
+        )
+    return value
+
+
+def _ray_head_argv(
+    home: Path, gcs_port: int, dash_port: int, ports: dict[str, int], environ: Mapping[str, str]
+) -> list[str]:
+    """The ``ray start --head`` command line, sized by ``TRAINFACTORY_RAY_*`` in ``environ``.
+
+    Raises
+    ------
+    ServiceError
+        When ``TRAINFACTORY_RAY_NUM_CPUS`` or ``TRAINFACTORY_RAY_OBJECT_STORE_MB`` is not
+        a whole number or is below its minimum (1 CPU, 75 MiB).
+    """
+    num_cpus = _env_int(environ, NUM_CPUS_ENV, 1, "CPUs")
+    store_mb = _env_int(environ, OBJECT_STORE_ENV, _MIN_OBJECT_STORE_MB, "MiB")
     argv = [
         _tool("ray"),
         "start",
@@ -226,6 +260,27 @@ def _start_ray(home: Path, token: Path) -> tuple[ServiceProcess, str, str]:
         f"--temp-dir={_ray_temp_dir(home)}",
     ]
     argv += [f"{k}={v}" for k, v in ports.items()]
+    if num_cpus is not None:
+        argv.append(f"--num-cpus={num_cpus}")
+    if store_mb is not None:
+        argv.append(f"--object-store-memory={store_mb * 1024 * 1024}")
+    return argv
+
+
+def _start_ray(home: Path, token: Path) -> tuple[ServiceProcess, str, str]:
+    """Start the Ray head, sized by ``TRAINFACTORY_RAY_*`` (see the module's docstring).
+
+    A bad value raises :class:`ServiceError` before anything is started.
+    """
+    gcs_port, dash_port = _free_port(), _free_port()
+    ports = {
+        "--ray-client-server-port": _free_port(),
+        "--dashboard-agent-listen-port": _free_port(),
+        "--dashboard-agent-grpc-port": _free_port(),
+        "--runtime-env-agent-port": _free_port(),
+        "--metrics-export-port": _free_port(),
+    }
+    argv = _ray_head_argv(home, gcs_port, dash_port, ports, os.environ)
     env = {
         **os.environ,
         "RAY_AUTH_MODE": "token",

@@ -51,3 +51,49 @@ def test_describe_lists_urls_and_pids(services):
     assert rows["Ray head"]["state"] == "running"
     assert rows["Ray head"]["pid"] == str(services.processes["ray"].pid)
     assert rows["MLflow server"]["ui"] == services.tracking_uri
+
+
+@pytest.fixture
+def _no_temp_dir(monkeypatch, tmp_path):
+    """The argv tests create no Ray temp directory under /tmp."""
+    monkeypatch.setattr(svc, "_ray_temp_dir", lambda home: tmp_path / "ray")
+
+
+def _head_argv(tmp_path, **environ):
+    ports = {"--metrics-export-port": 6005}
+    return svc._ray_head_argv(tmp_path, 6001, 6002, ports, environ)
+
+
+@pytest.mark.usefixtures("_no_temp_dir")
+def test_ray_head_argv_sizes_the_head_from_the_environment(tmp_path):
+    plain = _head_argv(tmp_path)
+    assert plain[1:4] == ["start", "--head", "--block"]
+    assert "--port=6001" in plain and "--metrics-export-port=6005" in plain
+    assert not [a for a in plain if a.startswith(("--num-cpus", "--object-store-memory"))]
+    assert (
+        _head_argv(tmp_path, TRAINFACTORY_RAY_NUM_CPUS="", TRAINFACTORY_RAY_OBJECT_STORE_MB=" ")
+        == plain
+    )
+    sized = _head_argv(
+        tmp_path, TRAINFACTORY_RAY_NUM_CPUS="1", TRAINFACTORY_RAY_OBJECT_STORE_MB=" 300 "
+    )
+    assert sized == plain + ["--num-cpus=1", f"--object-store-memory={300 * 1024 * 1024}"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TRAINFACTORY_RAY_NUM_CPUS", "two"),
+        ("TRAINFACTORY_RAY_NUM_CPUS", "0"),
+        ("TRAINFACTORY_RAY_NUM_CPUS", "1.5"),
+        ("TRAINFACTORY_RAY_OBJECT_STORE_MB", "74"),
+        ("TRAINFACTORY_RAY_OBJECT_STORE_MB", "300MB"),
+    ],
+)
+@pytest.mark.usefixtures("_no_temp_dir")
+def test_ray_head_argv_refuses_a_bad_size_in_one_sentence(tmp_path, name, value):
+    with pytest.raises(svc.ServiceError) as err:
+        _head_argv(tmp_path, **{name: value})
+    message = str(err.value)
+    assert message.startswith(f"{name} must be a whole number") and repr(value) in message
+    assert message.endswith(").") and "\n" not in message
