@@ -50,6 +50,9 @@ _PAYLOAD_ARTIFACTS = "trainfactory/payload"
 #: The payload file of the function that rebuilds a model from a checkpoint directory.
 MODEL_FN_FILE = "model_fn.pkl"
 _MAX_DIFF_CHARS = 5_000_000
+#: Seconds to wait for a cluster's dashboard, and before asking one that did not answer again.
+_PROBE_TIMEOUT_S = 5.0
+_UNREACHABLE_RETRY_S = 60.0
 #: Lines Ray writes into worker logs to say which job, actor or task the lines belong to.
 _RAY_LOG_MARKERS = (":job_id:", ":actor_name:", ":task_name:", ":task_attempt")
 
@@ -326,6 +329,7 @@ class JobManager:
         self.tracking_uri = tracking_uri or self._services.tracking_uri
         self.storage = storage or (self._services.storage_path if self._services else None)
         self._clients: dict[str, Any] = {}
+        self._unreachable: dict[str, tuple[float, str]] = {}  # address -> (when, why)
         self._mlflow = tracking.client(self.tracking_uri)
 
     def services_alive(self) -> bool:
@@ -352,6 +356,18 @@ class JobManager:
         client = self._clients.get(address)
         if client is not None:
             return client
+        failed = self._unreachable.get(address)
+        if failed and time.monotonic() - failed[0] < _UNREACHABLE_RETRY_S:
+            raise SpecError(failed[1])
+        try:  # Ray's client waits without a timeout on an address that does not answer
+            import requests
+
+            requests.get(f"{address}/api/version", timeout=_PROBE_TIMEOUT_S)
+        except Exception as exc:
+            message = self._unreachable_text(address, exc)
+            if address != self.address:  # another cluster's jobs: ask again in a minute
+                self._unreachable[address] = (time.monotonic(), message)
+            raise SpecError(message) from exc
         import ray._private.runtime_env.packaging as packaging
         import ray.dashboard.modules.dashboard_sdk as sdk
         import ray.dashboard.modules.job.sdk as job_sdk
@@ -363,17 +379,19 @@ class JobManager:
         try:
             client = JobSubmissionClient(address, headers=self._headers(address) or None)
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            hint = (
-                ""
-                if self.local
-                else "; check the address (the head's dashboard, port 8265 by default) and"
-                " that this machine reaches it (KubeRay: kubectl port-forward"
-                " svc/CLUSTER-head-svc 8265)"
-            )
-            raise SpecError(f"Cannot reach the Ray cluster at {address}: {first}{hint}.") from exc
+            raise SpecError(self._unreachable_text(address, exc)) from exc
         self._clients[address] = client
         return client
+
+    def _unreachable_text(self, address: str, exc: BaseException) -> str:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        hint = (
+            ""
+            if self.local and address == self.address
+            else "; check the address (the head's dashboard, port 8265 by default) and that"
+            " this machine reaches it (KubeRay: kubectl port-forward svc/CLUSTER-head-svc 8265)"
+        )
+        return f"Cannot reach the Ray cluster at {address}: {first}{hint}."
 
     def cluster(self, settle_s: float = 45.0) -> ClusterInfo:
         """This manager's cluster: versions, and every alive node's host, total resources

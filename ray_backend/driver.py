@@ -199,12 +199,10 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
     if row.resource and spec["gpus_per_worker"]:
         resources[row.resource] = float(spec["gpus_per_worker"])
     resources.update({k: float(v) for k, v in (spec.get("resources") or {}).items()})
-    # NVIDIA and CPU: Ray Train picks nccl or gloo itself; other vendors name theirs
-    torch_config = None if row.name in ("gpu", "cpu") else TorchConfig(backend=row.backend)
     return TorchTrainer(
         instrument(fn, meta["job_id"]),
         train_loop_config=meta["config"],
-        torch_config=torch_config,
+        torch_config=TorchConfig(backend=row.backend),
         scaling_config=ScalingConfig(
             num_workers=spec["workers"],
             use_gpu=row.use_gpu,

@@ -152,7 +152,10 @@ class NodeSampler:
 
     def _loop(self) -> None:
         index = 0
-        while not self._stop.wait(self._interval):
+        # the first sample soon: a sampler starts once its node's workers already run
+        wait = min(self._interval, 0.5)
+        while not self._stop.wait(wait):
+            wait = self._interval
             self._recorder.node_metrics.remote(self.sample(), index, time.time())
             index += 1
 
