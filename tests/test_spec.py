@@ -2,8 +2,8 @@
 
 import pytest
 
-from jupyter_trainfactory.commands import CommandError, format_table, parse
 from jupyter_trainfactory.cluster import ClusterInfo, Node, check_placement
+from jupyter_trainfactory.commands import CommandError, format_table, parse
 from jupyter_trainfactory.spec import JobSpec, SpecError, flatten, parse_env
 
 
