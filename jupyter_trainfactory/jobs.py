@@ -42,6 +42,8 @@ __all__ = [
     "job_state",
 ]
 
+#: Environment variable with the default storage path (``--storage``) of every door.
+STORAGE_ENV = "TRAINFACTORY_STORAGE"
 JOB_ID_PATTERN = re.compile(r"^tf-[0-9a-f]{8}$")
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _RAY_TO_RUN = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "STOPPED": "KILLED"}
@@ -308,9 +310,11 @@ class JobManager:
         :func:`~.cluster.cluster_headers` (its token file, ``RAY_AUTH_TOKEN``,
         ``RAY_AUTH_TOKEN_PATH``).
     tracking_uri : str, optional
-        MLflow tracking URI. None: the embedded local MLflow server.
+        MLflow tracking URI. None: ``MLFLOW_TRACKING_URI`` if set, else the embedded local
+        MLflow server.
     storage : str, optional
-        Ray Train storage path for checkpoints. None: the embedded default.
+        Ray Train storage path for checkpoints. None: ``TRAINFACTORY_STORAGE`` if set, else
+        the embedded default (a remote cluster needs one).
     """
 
     def __init__(
@@ -320,6 +324,8 @@ class JobManager:
         storage: str | None = None,
     ):
         address = resolve_address(address)
+        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+        storage = storage or os.environ.get(STORAGE_ENV) or None
         self.local = address is None
         self._embedded = {"ray": address is None, "mlflow": tracking_uri is None}
         self._services: Services | None = None

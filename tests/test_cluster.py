@@ -309,3 +309,73 @@ def test_a_cluster_description_round_trips(gpu_cluster):
     assert ClusterInfo.from_dict(gpu_cluster.to_dict()) == gpu_cluster
     assert gpu_cluster.hosts == {"10.42.0.12", "10.42.1.7", "10.42.2.9"}
     assert isinstance(gpu_cluster.nodes[0], Node) and gpu_cluster.nodes[0].is_head
+
+
+A, B = "a1" * 28, "b2" * 28  # Ray node ids: 28 bytes in hex
+
+
+def test_a_pack_request_that_ended_spread_is_warned_about(capsys):
+    """The driver's NodeSamplers record where the ranks run and warn when ``pack`` used
+    more nodes than the cluster needed (Ray's PACK is best effort)."""
+    from ray_backend.driver import NodeSamplers
+
+    class Call:
+        def __init__(self, fn):
+            self.remote = fn
+
+    class Actor:
+        def __init__(self, *args, **kwargs):
+            self.watch_devices = Call(lambda visible: None)
+
+    class Ray:  # the few calls NodeSamplers makes, answered here
+        def __init__(self, ranks):
+            self.ranks = ranks
+
+        def nodes(self):
+            return [
+                {"Alive": True, "NodeManagerAddress": "10.0.0.1", "NodeID": A},
+                {"Alive": True, "NodeManagerAddress": "10.0.0.2", "NodeID": B},
+            ]
+
+        def get(self, value, timeout=None):
+            return value
+
+        def remote(self, cls):
+            ray = self
+
+            class Options:
+                def options(self, **kw):
+                    return self
+
+                def remote(self, *args, **kwargs):
+                    ray.started.append(args[1])
+                    return Actor()
+
+            return Options()
+
+    tags = {}
+    recorder = type("R", (), {})()
+    ranks = {
+        0: {"node_id": A, "node_ip": "10.0.0.1", "visible": {}},
+        1: {"node_id": B, "node_ip": "10.0.0.2", "visible": {}},
+    }
+    recorder.ranks = Call(lambda: ranks)
+    recorder.set_tags = Call(tags.update)
+    ray = Ray(ranks)
+    ray.started = []
+    spec = JobSpec("t", workers=2).to_dict()
+    samplers = NodeSamplers(ray, recorder, {"job_id": "tf-1", "spec": spec, "min_nodes": 1})
+    samplers.poll()
+    assert sorted(ray.started) == ["10-0-0-1", "10-0-0-2"]  # one sampler per worker node
+    placement = json.loads(tags["trainfactory.placement"])
+    assert placement["nodes"] == {"10-0-0-1": [0], "10-0-0-2": [1]}
+    assert placement["ranks"] == {"0": "10-0-0-1", "1": "10-0-0-2"}
+    assert tags["trainfactory.placement.warning"].startswith(
+        "pack placed the workers on 2 nodes, though 1 can hold them"
+    )
+    assert "trainfactory: warning: pack placed" in capsys.readouterr().out
+    # spread asked for it: no warning
+    tags.clear()
+    spec = JobSpec("t", workers=2, placement="spread").to_dict()
+    NodeSamplers(ray, recorder, {"job_id": "tf-2", "spec": spec, "min_nodes": 1}).poll()
+    assert tags["trainfactory.placement.warning"] == ""

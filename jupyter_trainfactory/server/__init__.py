@@ -13,12 +13,21 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(server_app: Any) -> None:
     """Put one :class:`TrainingJobsManager` in the tornado settings and add the routes."""
+    import os
+
+    from ..cluster import resolve_address
     from .handlers import add_handlers
     from .manager import TrainingJobsManager
 
     web_app = server_app.web_app
     base_url = web_app.settings["base_url"]
-    manager = TrainingJobsManager(base_url=base_url)
+    # the same target as every other door: RAY_ADDRESS (a dashboard URL) and
+    # MLFLOW_TRACKING_URI when the server's environment has them, else the embedded services
+    manager = TrainingJobsManager(
+        base_url=base_url,
+        address=resolve_address(None),
+        tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None,
+    )
     manager.warm_up()
     web_app.settings["trainfactory_manager"] = manager
     add_handlers(web_app, base_url)
