@@ -14,6 +14,7 @@ from .commands import (
     HelpShown,
     build_parser,
     chaos_text,
+    cluster_text,
     costs_text,
     first_line,
     format_status,
@@ -150,6 +151,8 @@ def _run(ns) -> int:
         print(gc_text(report, ns.keep))
     elif ns.command == "services":
         print(services_text(ns.action))
+    elif ns.command == "cluster":
+        print(cluster_text(lambda n: api.get_manager(**target), ns))
     return 0
 
 

@@ -39,6 +39,8 @@ __all__ = [
     "eligible_nodes",
     "label_matches",
     "resolve_address",
+    "save_token",
+    "summary_text",
     "token_file",
 ]
 
@@ -133,6 +135,22 @@ def token_file(address: str, home: Path | None = None) -> Path:
     port = url.port or (443 if url.scheme == "https" else 80)
     host = re.sub(r"[^A-Za-z0-9.-]", "-", url.hostname or "cluster")
     return (home or state_dir()) / "clusters" / f"{host}_{port}.token"
+
+
+def save_token(address: str, token: str) -> Path:
+    """Keep ``token`` as the cluster's own token file (mode 0600); returns its path.
+
+    Raises SpecError for an empty token."""
+    token = token.strip()
+    if not token:
+        raise SpecError("The token is empty; pass the cluster's token (KubeRay: its Secret).")
+    path = token_file(address)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    path.chmod(0o600)
+    return path
 
 
 def _read_token(path: Path) -> str:
@@ -434,3 +452,33 @@ def check_job(
 def ray_strategy(placement: str) -> str:
     """``pack`` -> ``PACK`` (:data:`~.spec.PLACEMENTS`)."""
     return PLACEMENTS[placement]
+
+
+def summary_text(cluster: ClusterInfo, ray_version: str, python_version: str) -> str:
+    """What ``%train cluster`` prints: versions (and whether they match this kernel's),
+    then one line per node with its host, resources and labels."""
+    lines = [f"cluster {cluster.address}"]
+    try:
+        check_versions(cluster, ray_version, python_version)
+        verdict = "match this kernel"
+    except SpecError as exc:
+        verdict = f"MISMATCH: {exc}"
+    lines.append(
+        f"  Ray {cluster.ray_version or '?'}, Python {cluster.python_version or '?'}: {verdict}"
+    )
+    lines.append(f"  {len(cluster.nodes)} nodes on {len(cluster.hosts)} hosts")
+    skip = ("memory", "object_store_memory")
+    for node in sorted(cluster.nodes, key=lambda n: (not n.is_head, n.host, n.node_id)):
+        shown = {
+            k: v
+            for k, v in node.resources.items()
+            if k not in skip and not k.startswith(("node:", "accelerator_type:"))
+        }
+        text = ", ".join(f"{v:g} {k}" for k, v in sorted(shown.items()))
+        labels = " ".join(
+            f"{k}={v}" for k, v in sorted(node.labels.items()) if k != "ray.io/node-id"
+        )
+        role = "head" if node.is_head else "node"
+        line = f"  {role} {node.node_id[:8]} {node.host}: {text or 'no resources'}"
+        lines.append(line + (f"  [{labels}]" if labels else ""))
+    return "\n".join(lines)

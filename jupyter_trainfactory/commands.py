@@ -21,6 +21,7 @@ __all__ = [
     "HelpShown",
     "build_parser",
     "chaos_text",
+    "cluster_text",
     "costs_text",
     "gc_text",
     "register_from_args",
@@ -289,6 +290,15 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     lst = sub.add_parser("list", help="jobs, newest first")
     lst.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
     _add_target(lst)
+    cluster = sub.add_parser(
+        "cluster", help="a cluster's versions, nodes, resources and labels; keep its token"
+    )
+    cluster.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="keep this token (a file; - reads it from stdin) for --address's cluster",
+    )
+    _add_target(cluster)
     services = sub.add_parser("services", help="the local Ray head and MLflow server")
     services.add_argument("action", nargs="?", choices=["show", "start", "stop"], default="show")
     helper = sub.add_parser("help", help="this help, or a subcommand's")
@@ -379,6 +389,34 @@ def split_inputs(items: list[str]) -> dict[str, str]:
             raise CommandError(f"--input takes NAME=DATA (a path, URI or variable), got {item!r}.")
         out[name] = value
     return out
+
+
+def cluster_text(manager_for, ns, stdin=None) -> str:
+    """``cluster``: keep the token given with ``--token-file`` for ``--address``, then
+    describe the cluster (:func:`~.cluster.summary_text`). ``manager_for(ns)`` gives the
+    JobManager of the target."""
+    import sys
+
+    import ray
+
+    from .cluster import resolve_address, save_token, summary_text
+
+    saved = ""
+    if ns.token_file:
+        address = resolve_address(ns.address)
+        if address is None:
+            raise CommandError("--token-file needs --address http://HEAD:8265 (the cluster's).")
+        if ns.token_file == "-":
+            token = (stdin or sys.stdin).read()
+        else:
+            try:
+                token = open(ns.token_file).read()  # noqa: SIM115
+            except OSError as exc:
+                raise CommandError(f"Cannot read {ns.token_file}: {exc.strerror}.") from None
+        saved = f"token kept in {save_token(address, token)}\n"
+    manager = manager_for(ns)
+    python = "{}.{}.{}".format(*sys.version_info[:3])
+    return saved + summary_text(manager.cluster(settle_s=5.0), ray.__version__, python)
 
 
 def costs_text(manager, ns) -> str:

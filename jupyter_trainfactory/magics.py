@@ -17,6 +17,7 @@ from .commands import (
     HelpShown,
     build_parser,
     chaos_text,
+    cluster_text,
     costs_text,
     first_line,
     format_status,
@@ -245,6 +246,9 @@ class TrainMagics(Magics, Configurable):
 
         report = collect_garbage(self._manager(ns), ns.experiment, ns.keep, all_users=ns.all)
         print(gc_text(report, ns.keep))
+
+    def _cmd_cluster(self, ns) -> None:
+        print(cluster_text(self._manager, ns))
 
     def _cmd_services(self, ns) -> None:
         # A cached manager notices stopped services itself (api.get_manager).

@@ -379,3 +379,16 @@ def test_a_pack_request_that_ended_spread_is_warned_about(capsys):
     spec = JobSpec("t", workers=2, placement="spread").to_dict()
     NodeSamplers(ray, recorder, {"job_id": "tf-2", "spec": spec, "min_nodes": 1}).poll()
     assert tags["trainfactory.placement.warning"] == ""
+
+
+def test_the_cluster_summary(gpu_cluster):
+    from jupyter_trainfactory.cluster import summary_text
+
+    text = summary_text(gpu_cluster, "2.60.0", "3.11.7")
+    assert "Ray 2.60.0, Python 3.11.7: match this kernel" in text
+    assert "3 nodes on 3 hosts" in text
+    assert "node b2e1d4c3 10.42.1.7: 96 CPU, 8 GPU  [ray.io/accelerator-type=H100" in text
+    assert text.splitlines()[3].startswith("  head a1f0c3d2 10.42.0.12: 8 CPU")
+    assert "MISMATCH: The cluster runs Python 3.11.7" in summary_text(
+        gpu_cluster, "2.60.0", "3.12.0"
+    )

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import train_fns
 
-from jupyter_trainfactory.cluster import token_file
+from jupyter_trainfactory.cluster import save_token, token_file
 from jupyter_trainfactory.jobs import JobManager
 from jupyter_trainfactory.services import _free_port, _tool
 from jupyter_trainfactory.spec import JobSpec, SpecError
@@ -167,9 +167,7 @@ def cluster(services):
     local = LocalCluster(root)
     try:
         local.start_all()
-        path = token_file(local.dashboard)  # this cluster's own token file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(local.token.read_text())
+        save_token(local.dashboard, local.token.read_text())  # as `cluster --token-file` does
         yield local
     finally:
         local.stop()
@@ -198,6 +196,21 @@ def _rank_nodes(manager: JobManager, run_id: str) -> dict[int, str]:
 
 
 def test_the_cluster_is_described_per_node(remote, cluster):
+    # the user keeps the cluster's token with the CLI, which then describes the cluster
+    cli = [str(Path(sys.executable).parent / "jupyter"), "trainfactory"]
+    token_file(cluster.dashboard).unlink()
+    shown = subprocess.run(
+        [*cli, "cluster", "--address", cluster.dashboard, "--token-file", "-"],
+        input=cluster.token.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    path = token_file(cluster.dashboard)
+    assert f"token kept in {path}" in shown.stdout and path.stat().st_mode & 0o777 == 0o600
+    assert "match this kernel" in shown.stdout and "3 nodes on 1 hosts" in shown.stdout
+    assert "2 CPU, 1 tf_node_a, 2 tf_slot  [tf-node=a]" in shown.stdout
     info = remote.cluster()
     assert len(info.nodes) == 3 and len(info.hosts) == 1  # three raylets, one machine
     assert info.ray_version and info.python_version.startswith("3.")
