@@ -52,7 +52,8 @@ _PAYLOAD_ARTIFACTS = "trainfactory/payload"
 #: The payload file of the function that rebuilds a model from a checkpoint directory.
 MODEL_FN_FILE = "model_fn.pkl"
 _MAX_DIFF_CHARS = 5_000_000
-#: Seconds to wait for a cluster's dashboard, and before asking one that did not answer again.
+#: Seconds to wait for another cluster's dashboard (the jobs of that cluster in a list), and
+#: before asking one that did not answer again.
 _PROBE_TIMEOUT_S = 5.0
 _UNREACHABLE_RETRY_S = 60.0
 #: Lines Ray writes into worker logs to say which job, actor or task the lines belong to.
@@ -368,7 +369,9 @@ class JobManager:
         try:  # Ray's client waits without a timeout on an address that does not answer
             import requests
 
-            requests.get(f"{address}/api/version", timeout=_PROBE_TIMEOUT_S)
+            # this manager's own cluster may be busy (a loaded head); others' jobs only list
+            own = address == self.address
+            requests.get(f"{address}/api/version", timeout=30.0 if own else _PROBE_TIMEOUT_S)
         except Exception as exc:
             message = self._unreachable_text(address, exc)
             if address != self.address:  # another cluster's jobs: ask again in a minute
