@@ -84,6 +84,7 @@ class NodeSamplers:
         self._labels: dict[str, str] = {}
         self._watched: set[tuple[str, str | None]] = set()
         self._placement: dict[str, list[int]] | None = None
+        self._stopped = False
 
     def _label(self, node_id: str, node_ip: str) -> str:
         from ray_backend.sampler import node_label
@@ -165,8 +166,18 @@ class NodeSamplers:
         )
 
     def stop(self) -> None:
-        for actor in self._actors.values():
-            actor.stop.remote()
+        """Start the samplers of nodes seen late (a job shorter than the first poll), then
+        stop every sampler; each sends one last sample before it returns (15 s at most)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.poll()
+        except Exception as exc:
+            print(f"trainfactory: node samplers: {exc}", flush=True)
+        refs = [actor.stop.remote() for actor in self._actors.values()]
+        if refs:  # a sampler whose node is gone is ready at once, with its error
+            self._ray.wait(refs, num_returns=len(refs), timeout=15)
 
 
 def _checkpoint_config(config_class, spec: dict[str, Any]):
@@ -319,7 +330,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     ray.get(recorder.ping.remote())
-    recorder.set_state.remote("PENDING", f"waiting for resources: {_resources_text(meta['spec'])}")
+    from jupyter_trainfactory.redact import mask_url
+
+    resources = _resources_text(meta["spec"])
+    print(
+        f"trainfactory: job {meta['job_id']}: {resources}; run {meta['run_id']}"
+        f" at {mask_url(meta['tracking_uri'])}",
+        flush=True,
+    )
+    recorder.set_state.remote("PENDING", f"waiting for resources: {resources}")
     samplers = NodeSamplers(ray, recorder, meta)
     started = time.time()
     box: dict[str, Any] = {}
@@ -340,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if isinstance(stop, _GracefulStop) else 130
     except Exception as exc:
         logging.getLogger("trainfactory").exception("training failed")
+        samplers.stop()  # their last samples reach the run before it closes
         ray.get(recorder.finish.remote("FAILED", "FAILED", error=last_line(exc)), timeout=330)
         return 1
     finally:

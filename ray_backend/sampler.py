@@ -101,6 +101,7 @@ class NodeSampler:
         self._recorder = recorder
         self._prefix = f"system/{self._node}"
         self._interval = interval_s
+        self._index = 0  # the metric step: the sample index
         self._lock = threading.Lock()
         self._stop = threading.Event()
         if self._note:
@@ -151,15 +152,30 @@ class NodeSampler:
         return len(self._devices)
 
     def _loop(self) -> None:
-        index = 0
         # the first sample soon: a sampler starts once its node's workers already run
         wait = min(self._interval, 0.5)
         while not self._stop.wait(wait):
             wait = self._interval
-            self._recorder.node_metrics.remote(self.sample(), index, time.time())
-            index += 1
+            self._send()
+
+    def _send(self) -> Any:
+        with self._lock:
+            index = self._index
+            self._index += 1
+        return self._recorder.node_metrics.remote(self.sample(), index, time.time())
 
     def stop(self) -> None:
+        """Stop sampling after one last sample, which the recorder has when this returns
+        (a job shorter than the sampling interval still has its node's numbers)."""
         self._stop.set()
+        self._thread.join(timeout=5)
+        last = self._send()
         if self._reader is not None:
             self._reader.close()
+        try:
+            import ray
+
+            if isinstance(last, ray.ObjectRef):
+                ray.get(last, timeout=10)
+        except Exception:  # the recorder is gone: nothing left to tell
+            pass

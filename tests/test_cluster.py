@@ -247,7 +247,7 @@ def test_the_driver_builds_the_trainer_from_the_table():
 def test_a_vendor_without_a_sampler_says_so():
     from ray_backend.sampler import NodeSampler
 
-    calls = []
+    calls, samples = [], []
 
     class Recorder:
         class gpu_info:  # noqa: N801 (an actor method's shape: .remote(...))
@@ -255,12 +255,19 @@ def test_a_vendor_without_a_sampler_says_so():
             def remote(*args):
                 calls.append(args)
 
+        class node_metrics:  # noqa: N801
+            @staticmethod
+            def remote(values, step, wall_time):
+                samples.append((step, sorted(values)))
+
     sampler = NodeSampler(Recorder(), "10.0.0.1", interval_s=3600, accelerator="hpu")
     try:
         assert sampler.watch_devices("0,1") == []
         assert "system/10-0-0-1/cpu_utilization" in sampler.sample()
     finally:
         sampler.stop()
+    # stopping sends one last sample: a job shorter than the interval has its node's numbers
+    assert samples == [(0, ["system/10-0-0-1/cpu_utilization", "system/10-0-0-1/memory_used_mb"])]
     assert calls == [
         (
             "10-0-0-1",
