@@ -42,6 +42,8 @@ __all__ = [
     "save_token",
     "summary_text",
     "token_file",
+    "token_source",
+    "verify_token",
 ]
 
 #: Storage URIs that every node reaches by itself (pyarrow filesystems Ray Train uses).
@@ -158,6 +160,44 @@ def _read_token(path: Path) -> str:
         return path.read_text().strip()
     except OSError:
         return ""
+
+
+def token_source(address: str) -> str:
+    """Where :func:`cluster_headers` takes the token for ``address`` from, in words."""
+    path = token_file(address)
+    if _read_token(path):
+        return f"its token file {path}"
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return f"RAY_AUTH_TOKEN_PATH ({os.environ['RAY_AUTH_TOKEN_PATH']})"
+    if _read_token(Path.home() / ".ray" / "auth_token"):
+        return "~/.ray/auth_token"
+    return "nowhere (no token was found)"
+
+
+def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
+    """Raise SpecError unless the cluster at ``address`` accepts ``token``."""
+    import requests
+
+    try:
+        reply = requests.get(
+            f"{address}/api/v0/cluster_metadata",
+            headers={"authorization": f"Bearer {token.strip()}"},
+            timeout=timeout,
+        )
+    except requests.RequestException as exc:
+        raise SpecError(
+            f"Cannot reach the Ray cluster at {address} ({type(exc).__name__}); nothing was"
+            " kept: check the address (the head's dashboard, port 8265 by default)."
+        ) from exc
+    if reply.status_code in (401, 403):
+        detail = reply.text.strip().splitlines()[0][:120] if reply.text.strip() else ""
+        raise SpecError(
+            f"The Ray cluster at {address} refused this token (HTTP {reply.status_code}"
+            f"{': ' + detail if detail else ''}); nothing was kept: check it (KubeRay: the"
+            " auth_token key of the cluster's Secret)."
+        )
 
 
 def cluster_headers(address: str) -> dict[str, str]:
@@ -359,28 +399,33 @@ def eligible_nodes(cluster: ClusterInfo, spec: JobSpec) -> list[Node]:
     return [n for n in cluster.nodes if any(label_matches(n.labels, s) for s in selectors)]
 
 
+def _selector_text(spec: JobSpec) -> str:
+    selectors = spec.label_selector
+    selectors = selectors if isinstance(selectors, list) else [selectors] if selectors else []
+    return " ".join(sorted({f"{k}={v}" for s in selectors for k, v in s.items()}))
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker{'s' if n != 1 else ''}"
+
+
 def check_placement(cluster: ClusterInfo, spec: JobSpec) -> Placement:
     """Whether the cluster can ever hold the job's workers as asked (per node, not in
-    total: a worker's whole shape must fit on one node), by ``spec.placement``.
+    total: a worker's whole shape must fit on one node), by ``spec.placement`` and on the
+    nodes its label selector allows.
 
     Returns the :class:`Placement`. Raises SpecError naming the missing shape.
     """
     need = spec.worker_resources()
     shape = _shape_text(need)
     nodes = eligible_nodes(cluster, spec)
+    selector = _selector_text(spec)
+    where = f"the nodes matching {selector}" if selector else "the cluster"
     if not nodes:
-        labels = ", ".join(
-            f"{k}={v}"
-            for s in (
-                spec.label_selector
-                if isinstance(spec.label_selector, list)
-                else [spec.label_selector]
-            )
-            for k, v in s.items()
-        )
         raise SpecError(
-            f"No node of the cluster matches the label selector {labels}; check the labels"
-            " with `ray list nodes --detail` or drop --label-selector."
+            f"No node of the cluster matches the label selector {selector}; see the nodes'"
+            " labels with `jupyter trainfactory cluster` (with --address) or drop"
+            " --label-selector."
         )
     slots = {n.node_id: _slots(n, need) for n in nodes}
     if max(slots.values()) == 0:
@@ -389,9 +434,15 @@ def check_placement(cluster: ClusterInfo, spec: JobSpec) -> Placement:
             f"{k} {max((n.resources.get(k, 0.0) for n in nodes), default=0):g}" for k in need
         )
         which = f" ({', '.join(missing)} missing)" if missing else ""
+        first = f"No node matching {selector}" if selector else "No node of the cluster"
         raise SpecError(
-            f"No node of the cluster has {shape} for one worker{which}; the largest have"
-            f" {largest}: ask for less per worker or use a cluster with such nodes."
+            f"{first} has {shape} for one worker{which}; the largest have {largest}: ask for"
+            " less per worker"
+            + (
+                ", or widen the label selector."
+                if selector
+                else " or use a cluster with such nodes."
+            )
         )
     counts = sorted(slots.values(), reverse=True)
     total = sum(counts)
@@ -399,21 +450,23 @@ def check_placement(cluster: ClusterInfo, spec: JobSpec) -> Placement:
     if strategy == "strict-pack" and counts[0] < spec.workers:
         raise SpecError(
             f"--placement strict-pack needs one node for all {spec.workers} workers of"
-            f" {shape}, but the largest node holds {counts[0]}; use --placement pack"
-            " (as few nodes as possible) or fewer workers."
+            f" {shape}, but the largest node{' matching ' + selector if selector else ''}"
+            f" holds {counts[0]}; use --placement pack (as few nodes as possible) or fewer"
+            " workers."
         )
     if strategy == "strict-spread":
         usable = sum(1 for c in counts if c > 0)
         if usable < spec.workers:
             raise SpecError(
                 f"--placement strict-spread needs {spec.workers} nodes that each hold a"
-                f" worker of {shape}, but the cluster has {usable}; use --placement spread"
+                f" worker of {shape}, but {where} has {usable}; use --placement spread"
                 " or fewer workers."
             )
     elif total < spec.workers:
         raise SpecError(
-            f"The cluster can hold at most {total} workers of {shape}, but"
-            f" {spec.workers} were asked for; use fewer workers or less per worker."
+            f"{where[0].upper()}{where[1:]} can hold at most {_workers(total)} of {shape}, but"
+            f" {spec.workers} were asked for; use fewer workers or less per worker"
+            + (", or widen the label selector." if selector else ".")
         )
     if strategy == "strict-spread":
         min_nodes = spec.workers
@@ -463,10 +516,13 @@ def summary_text(cluster: ClusterInfo, ray_version: str, python_version: str) ->
         verdict = "match this kernel"
     except SpecError as exc:
         verdict = f"MISMATCH: {exc}"
+    if not cluster.ray_version or not cluster.python_version:
+        verdict = "not reported by the cluster, so not checked"
     lines.append(
         f"  Ray {cluster.ray_version or '?'}, Python {cluster.python_version or '?'}: {verdict}"
     )
-    lines.append(f"  {len(cluster.nodes)} nodes on {len(cluster.hosts)} hosts")
+    n, h = len(cluster.nodes), len(cluster.hosts)
+    lines.append(f"  {n} node{'s' if n != 1 else ''} on {h} host{'s' if h != 1 else ''}")
     skip = ("memory", "object_store_memory")
     for node in sorted(cluster.nodes, key=lambda n: (not n.is_head, n.host, n.node_id)):
         shown = {

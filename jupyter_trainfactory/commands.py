@@ -88,11 +88,10 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     )
     launch.add_argument(
         "--resources",
-        nargs="+",
-        action="extend",
+        action="append",
         default=[],
         metavar="NAME=AMOUNT",
-        help="custom Ray resources each worker reserves",
+        help="a custom Ray resource each worker reserves (repeat for more)",
     )
     launch.add_argument(
         "--placement",
@@ -102,11 +101,10 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     )
     launch.add_argument(
         "--label-selector",
-        nargs="+",
-        action="extend",
+        action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="Ray node labels the workers' nodes must have (VALUE, !VALUE, in(A,B))",
+        help="a Ray node label the workers' nodes must have: VALUE, !VALUE, in(A,B) (repeat for more)",
     )
     launch.add_argument(
         "--max-failures", type=int, default=0, help="worker-failure restarts (-1: unlimited)"
@@ -399,7 +397,7 @@ def cluster_text(manager_for, ns, stdin=None) -> str:
 
     import ray
 
-    from .cluster import resolve_address, save_token, summary_text
+    from .cluster import resolve_address, save_token, summary_text, verify_token
 
     saved = ""
     if ns.token_file:
@@ -413,6 +411,9 @@ def cluster_text(manager_for, ns, stdin=None) -> str:
                 token = open(ns.token_file).read()  # noqa: SIM115
             except OSError as exc:
                 raise CommandError(f"Cannot read {ns.token_file}: {exc.strerror}.") from None
+        if not token.strip():
+            raise CommandError("The token is empty; pass the cluster's token.")
+        verify_token(address, token)  # a token the cluster refuses is not kept
         saved = f"token kept in {save_token(address, token)}\n"
     manager = manager_for(ns)
     python = "{}.{}.{}".format(*sys.version_info[:3])

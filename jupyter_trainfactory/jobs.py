@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from . import tracking
-from .cluster import ClusterInfo, Placement, check_job, cluster_headers, describe, resolve_address
+from .cluster import (
+    ClusterInfo,
+    Placement,
+    check_job,
+    cluster_headers,
+    describe,
+    resolve_address,
+    token_source,
+)
 from .services import ServiceProcess, Services, ensure_services, state_dir
 from .spec import JobSpec, SpecError, current_owner
 from .telemetry.cost import money
@@ -123,6 +131,12 @@ class JobInfo:
             "checkpoint": "-" if self.checkpoint_step is None else f"step {self.checkpoint_step}",
             "detail": self.error or self.reason or "",
         }
+
+
+def _ray_version() -> str:
+    import ray
+
+    return ray.__version__
 
 
 def _function_source(fn: Callable) -> str:
@@ -393,7 +407,24 @@ class JobManager:
         return client
 
     def _unreachable_text(self, address: str, exc: BaseException) -> str:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        """One sentence for a cluster that did not answer, or refused the token."""
+        import requests
+
+        text = str(exc).strip()
+        if "authentication" in text.lower() or "401" in text[:40] or "403" in text[:40]:
+            first = (text.splitlines() or [""])[0][:200]
+            return (
+                f"The Ray cluster at {address} refused the request ({first}); the token came"
+                f" from {token_source(address)}: keep the cluster's own with `jupyter"
+                f" trainfactory cluster --address {address} --token-file FILE`."
+            )
+        if isinstance(exc, requests.Timeout):
+            first = "no answer in time"
+        elif isinstance(exc, requests.ConnectionError):
+            reason = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+            first = f"nothing answers there ({reason.group(1) if reason else 'no connection'})"
+        else:
+            first = (text.splitlines() or [type(exc).__name__])[0][:300]
         hint = (
             ""
             if self.local and address == self.address
@@ -401,6 +432,15 @@ class JobManager:
             " this machine reaches it (KubeRay: kubectl port-forward svc/CLUSTER-head-svc 8265)"
         )
         return f"Cannot reach the Ray cluster at {address}: {first}{hint}."
+
+    def _http_headers(self, address: str) -> dict[str, str]:
+        """Headers of a plain HTTP call to ``address``: its token, or for the embedded head
+        the token Ray's own loader finds (``RAY_AUTH_TOKEN_PATH`` in this process)."""
+        from ray._private.authentication.http_token_authentication import (
+            get_auth_headers_if_auth_enabled,
+        )
+
+        return self._headers(address) or get_auth_headers_if_auth_enabled({})
 
     def cluster(self, settle_s: float = 45.0) -> ClusterInfo:
         """This manager's cluster: versions, and every alive node's host, total resources
@@ -424,6 +464,8 @@ class JobManager:
                     raise_on_missing_output=False,
                 )
             except Exception as exc:  # the head is gone or overloaded: one sentence
+                if "authentication" in str(exc).lower():
+                    raise SpecError(self._unreachable_text(self.address, exc)) from exc
                 where = ""
                 if self.local and self._services is not None:
                     where = f"; its log is {self._services.processes['ray'].log}"
@@ -433,7 +475,7 @@ class JobManager:
                     f"The Ray cluster at {self.address} does not answer ({first}){where}."
                 ) from exc
             if any(n.resources_total for n in nodes) or time.monotonic() > deadline:
-                return describe(self.address, headers, nodes)
+                return describe(self.address, self._http_headers(self.address), nodes)
             time.sleep(0.5)
 
     def check(self, spec: JobSpec) -> Placement:
@@ -502,6 +544,8 @@ class JobManager:
             "storage_path": storage,
             "price_catalog": dataclasses.asdict(spec.catalog()),
             "min_nodes": placement.min_nodes,
+            # what the pickled function needs of the job's interpreter (driver checks it)
+            "client": {"python": list(sys.version_info[:2]), "ray": _ray_version()},
         }
         tags = {
             TAG.JOB_ID: job_id,
@@ -894,12 +938,9 @@ class JobManager:
         dashboard's log API (``/api/v0/logs``, what ``ray logs`` uses), so it works with
         the dashboard URL alone; the cluster's token goes in the header."""
         import requests
-        from ray._private.authentication.http_token_authentication import (
-            get_auth_headers_if_auth_enabled,
-        )
 
         address = where.get("address") or self.address
-        headers = self._headers(address) or get_auth_headers_if_auth_enabled({})
+        headers = self._http_headers(address)
         media = "stream" if follow else "file"
         query = {
             "node_id": where["node_id"],
@@ -931,6 +972,11 @@ class JobManager:
             return "".join(self._log_chunks(where, suffix, tail or -1))
         except Exception as exc:
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if "agent for node" in text.lower():
+                text += (
+                    " (that node's dashboard agent does not answer: it serves the node's logs;"
+                    " several nodes on one machine need their own --dashboard-agent-listen-port)"
+                )
             raise JobNotFound(f"Ray has no log of pid {where['pid']}: {text}") from exc
 
     def follow_logs(

@@ -35,7 +35,15 @@ PLACEMENTS = {
     "strict-spread": "STRICT_SPREAD",
 }
 #: Resources with their own option; ``resources`` holds the custom ones.
-_BUILTIN_RESOURCES = ("CPU", "GPU", "NPU", "HPU", "TPU", "memory", "object_store_memory")
+_BUILTIN_RESOURCES = {
+    "CPU": "CPUs come from --cpus-per-worker",
+    "GPU": "GPUs come from --gpus-per-worker",
+    "NPU": "NPUs come from --gpus-per-worker with --accelerator npu",
+    "HPU": "HPUs come from --gpus-per-worker with --accelerator hpu",
+    "TPU": "TPUs are not supported",
+    "memory": "Ray's memory resource is not reserved per worker by this tool",
+    "object_store_memory": "Ray's object store is not reserved per worker by this tool",
+}
 _LABEL_KEY = re.compile(r"^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 
@@ -346,15 +354,15 @@ class JobSpec:
         checked = {}
         for key, value in resources.items():
             if key in _BUILTIN_RESOURCES:
-                raise SpecError(
-                    f"{key} has its own option (--cpus-per-worker, --gpus-per-worker with"
-                    " --accelerator); --resources is for custom resources."
-                )
+                raise SpecError(f"--resources is for custom resources; {_BUILTIN_RESOURCES[key]}.")
             try:
                 amount = float(value)
             except (TypeError, ValueError):
-                raise SpecError(f"--resources {key}= takes a number, got {value!r}.") from None
-            _check_number(f"resources[{key!r}]", amount, 0)
+                amount = math.nan
+            if not math.isfinite(amount) or amount < 0:
+                raise SpecError(
+                    f"--resources {key} takes an amount of 0 or more, like {key}=1; got {value!r}."
+                )
             if amount > 0:
                 checked[str(key)] = amount
         self.resources = checked

@@ -26,12 +26,46 @@ class _Stopped(BaseException):
 
 def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
     """The job's metadata (spec, ids, URIs) and its training function."""
-    import cloudpickle
-
     base = Path(importlib.import_module(module_name).__file__).parent
     meta = json.loads((base / "job.json").read_text())
+    check_interpreter(meta.get("client"))
+    import cloudpickle
+
     fn = cloudpickle.loads((base / "function.pkl").read_bytes())
     return meta, fn
+
+
+class InterpreterMismatch(RuntimeError):
+    """The entrypoint's ``python`` cannot run the shipped job (no Ray, other versions)."""
+
+
+def check_interpreter(client: dict[str, Any] | None) -> None:
+    """Raise InterpreterMismatch (one sentence) when this interpreter is not one the job's
+    pickled function can run in: Ray importable, the same Python minor version and Ray
+    major.minor as the kernel that launched it (``client``; None: not checked).
+
+    The entrypoint is the cluster's ``python`` on the nodes' PATH; a cluster started from
+    a virtual environment that is not first on PATH gets another interpreter."""
+    if not client:
+        return
+    here = sys.executable
+    want_python = ".".join(map(str, client.get("python", [])))
+    have_python = "{}.{}".format(*sys.version_info[:2])
+    try:
+        import ray
+    except ImportError:
+        have_ray = "no Ray"
+    else:
+        have_ray = f"Ray {ray.__version__}"
+    want_ray = str(client.get("ray", ""))
+    same_ray = have_ray.split(" ")[-1].split(".")[:2] == want_ray.split(".")[:2]
+    if have_python == want_python and same_ray:
+        return
+    raise InterpreterMismatch(
+        f"The job's python ({here}: Python {have_python}, {have_ray}) cannot run a function"
+        f" from Python {want_python} with Ray {want_ray}; put the Python that runs Ray"
+        " first on the nodes' PATH (the entrypoint runs `python`)."
+    )
 
 
 def _resources_text(spec: dict[str, Any]) -> str:
@@ -294,7 +328,11 @@ def _wait_for_fit(
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    meta, fn = load_payload(argv[0])
+    try:
+        meta, fn = load_payload(argv[0])
+    except InterpreterMismatch as exc:
+        print(f"trainfactory: {exc}", file=sys.stderr, flush=True)
+        return 1
 
     import ray
 

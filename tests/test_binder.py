@@ -139,6 +139,7 @@ def test_start_sizes_ray_for_binder(binder_env, tmp_path, monkeypatch):
         "TRAINFACTORY_HOME": f"{binder_env.home}/.trainfactory",
         "TRAINFACTORY_RAY_NUM_CPUS": "1",
         "TRAINFACTORY_RAY_OBJECT_STORE_MB": "300",
+        "TRAINFACTORY_EXAMPLE_WORKERS": "1",
     }
     argv = svc._ray_head_argv(tmp_path, 1, 2, {}, values)  # what the Ray head would get
     assert argv[-2:] == ["--num-cpus=1", f"--object-store-memory={300 * 2**20}"]

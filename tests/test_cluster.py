@@ -142,7 +142,10 @@ def test_strict_pack_and_strict_spread_are_refused_when_no_nodes_can_hold_them(g
 
 
 def test_label_selectors_narrow_the_nodes(gpu_cluster):
-    with pytest.raises(SpecError, match="at most 8 workers"):
+    with pytest.raises(
+        SpecError,
+        match="The nodes matching ray.io/availability-zone=rack-b can hold at most 8 workers.*or widen the label selector",
+    ):
         check_placement(
             gpu_cluster, gpu_job(workers=9, label_selector={"ray.io/availability-zone": "rack-b"})
         )
@@ -155,6 +158,14 @@ def test_label_selectors_narrow_the_nodes(gpu_cluster):
     assert (
         len(check_placement(gpu_cluster, gpu_job(workers=2, label_selector=per_worker)).hosts) == 2
     )
+
+
+def test_a_selector_that_excludes_the_resource_says_so(gpu_cluster):
+    spec = gpu_job(workers=1, label_selector={"ray.io/node-group": "headgroup"})
+    with pytest.raises(
+        SpecError, match=r"No node matching ray.io/node-group=headgroup has 8 CPU, 1 GPU .*widen"
+    ):
+        check_placement(gpu_cluster, spec)
 
 
 def test_label_expressions():
@@ -205,8 +216,16 @@ def test_spec_maps_the_accelerator_to_ray_resources():
         JobSpec("t", accelerator="npu")
     with pytest.raises(SpecError, match="--accelerator cpu takes no accelerators"):
         JobSpec("t", accelerator="cpu", gpus_per_worker=1)
-    with pytest.raises(SpecError, match="GPU has its own option"):
+    with pytest.raises(SpecError, match="custom resources; GPUs come from --gpus-per-worker"):
         JobSpec("t", resources={"GPU": 1})
+    with pytest.raises(SpecError, match="memory resource is not reserved per worker"):
+        JobSpec("t", resources={"memory": 1})
+    with pytest.raises(
+        SpecError, match=r"--resources foo takes an amount of 0 or more, like foo=1"
+    ):
+        JobSpec("t", resources={"foo": "-1"})
+    with pytest.raises(SpecError, match=r"like foo=1; got 'abc'"):
+        JobSpec("t", resources={"foo": "abc"})
     with pytest.raises(SpecError, match="--placement takes pack, spread, strict-pack"):
         JobSpec("t", placement="scatter")
     assert JobSpec("t", placement="STRICT_PACK").placement == "strict-pack"
@@ -399,3 +418,30 @@ def test_the_cluster_summary(gpu_cluster):
     assert "MISMATCH: The cluster runs Python 3.11.7" in summary_text(
         gpu_cluster, "2.60.0", "3.12.0"
     )
+
+
+def test_the_driver_refuses_an_interpreter_that_cannot_run_the_function():
+    import sys
+
+    import ray
+
+    from ray_backend.driver import InterpreterMismatch, check_interpreter
+
+    here = list(sys.version_info[:2])
+    check_interpreter({"python": here, "ray": ray.__version__})
+    check_interpreter(None)  # a job from before this check
+    with pytest.raises(InterpreterMismatch, match=r"Python 3.9 with Ray 2.60.0; put the Python"):
+        check_interpreter({"python": [3, 9], "ray": "2.60.0"})
+    with pytest.raises(InterpreterMismatch, match=rf"{sys.executable}: Python .*Ray 1.13.0"):
+        check_interpreter({"python": here, "ray": "1.13.0"})
+
+
+def test_an_address_where_nothing_answers_is_one_sentence(tmp_path):
+    from jupyter_trainfactory.jobs import JobManager
+
+    manager = JobManager("http://127.0.0.1:1", "http://mlflow.example:5000", str(tmp_path))
+    with pytest.raises(SpecError) as err:
+        manager.check(JobSpec("t"))
+    text = str(err.value)
+    assert text.startswith("Cannot reach the Ray cluster at http://127.0.0.1:1: nothing answers")
+    assert "Connection refused" in text and "kubectl port-forward" in text and "\n" not in text

@@ -199,6 +199,15 @@ def test_the_cluster_is_described_per_node(remote, cluster):
     # the user keeps the cluster's token with the CLI, which then describes the cluster
     cli = [str(Path(sys.executable).parent / "jupyter"), "trainfactory"]
     token_file(cluster.dashboard).unlink()
+    refused = subprocess.run(
+        [*cli, "cluster", "--address", cluster.dashboard, "--token-file", "-"],
+        input="0" * 64,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "refused this token" in refused.stderr
+    assert "nothing was kept" in refused.stderr and not token_file(cluster.dashboard).exists()
     shown = subprocess.run(
         [*cli, "cluster", "--address", cluster.dashboard, "--token-file", "-"],
         input=cluster.token.read_text(),
@@ -209,7 +218,7 @@ def test_the_cluster_is_described_per_node(remote, cluster):
     assert shown.returncode == 0, shown.stderr
     path = token_file(cluster.dashboard)
     assert f"token kept in {path}" in shown.stdout and path.stat().st_mode & 0o777 == 0o600
-    assert "match this kernel" in shown.stdout and "3 nodes on 1 hosts" in shown.stdout
+    assert "match this kernel" in shown.stdout and "3 nodes on 1 host\n" in shown.stdout
     assert "2 CPU, 1 tf_node_a, 2 tf_slot  [tf-node=a]" in shown.stdout
     info = remote.cluster()
     assert len(info.nodes) == 3 and len(info.hosts) == 1  # three raylets, one machine

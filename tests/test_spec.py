@@ -96,3 +96,18 @@ def test_command_parser():
 def test_format_table():
     text = format_table([{"job": "tf-1", "state": "RUNNING"}, {"job": "tf-22", "state": "-"}])
     assert text.splitlines() == ["JOB    STATE", "tf-1   RUNNING", "tf-22  -"]
+
+
+def test_cluster_options_parse_into_the_spec():
+    from jupyter_trainfactory.commands import spec_from_args
+
+    ns = parse(
+        "launch --resources tf=1 --resources x=0.5 --label-selector zone=a train"
+        " --placement strict-spread --accelerator hpu --accelerators-per-worker 2"
+    )
+    assert ns.target == "train"  # a repeatable option does not swallow the function
+    spec = spec_from_args(ns, "train", {}, "")
+    assert spec.worker_resources() == {"CPU": 1.0, "HPU": 2.0, "tf": 1.0, "x": 0.5}
+    assert (spec.placement, spec.label_selector) == ("strict-spread", {"zone": "a"})
+    with pytest.raises(CommandError, match="invalid choice: 'scatter'"):
+        parse("launch train --placement scatter")
