@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from ray_backend.callbacks import last_line
     from ray_backend.recorder import RunRecorder
@@ -352,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
             namespace=RECORDER_NAMESPACE,
             num_cpus=0,
             lifetime=None,
+            # on the driver's node: a worker node that dies must not take the record along
+            scheduling_strategy=NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=False
+            ),
         )
         .remote(
             meta["tracking_uri"],

@@ -139,6 +139,15 @@ class LocalCluster:
             time.sleep(1)
         raise TimeoutError(f"{count} Ray nodes were not alive after {timeout:g} s")
 
+    def log_tails(self, lines: int = 15) -> str:
+        """The end of each node's `ray start` output, for a start that failed."""
+        out = []
+        for name in self.procs:
+            path = self.root / f"{name}.log"
+            text = path.read_text(errors="replace") if path.exists() else ""
+            out.append(f"--- {name} ---\n" + "\n".join(text.splitlines()[-lines:]))
+        return "\n".join(out)
+
     def kill(self, name: str) -> list[int]:
         """SIGKILL node ``name``'s processes (``ray start``, its raylet, workers): a crash."""
         proc = psutil.Process(self.procs[name].pid)
@@ -162,11 +171,23 @@ class LocalCluster:
 
 @pytest.fixture(scope="module")
 def cluster(services):
-    # a short path: Ray's Unix sockets live under the head's --temp-dir
-    root = Path(tempfile.mkdtemp(prefix="tfmn-", dir="/tmp"))
-    local = LocalCluster(root)
+    # Two tries: on a loaded 2-core machine a raylet can miss Ray's start-up deadline
+    # ("The current node timed out during startup"); the second try starts afresh.
+    for attempt in (1, 2):
+        # a short path: Ray's Unix sockets live under the head's --temp-dir
+        root = Path(tempfile.mkdtemp(prefix="tfmn-", dir="/tmp"))
+        local = LocalCluster(root)
+        try:
+            local.start_all()
+            break
+        except (RuntimeError, TimeoutError) as exc:
+            logs = local.log_tails()
+            local.stop()
+            shutil.rmtree(root, ignore_errors=True)
+            if attempt == 2:
+                raise RuntimeError(f"{exc}\n{logs}") from exc
+            print(f"multinode cluster start failed, starting again: {exc}\n{logs}")
     try:
-        local.start_all()
         save_token(local.dashboard, local.token.read_text())  # as `cluster --token-file` does
         yield local
     finally:
