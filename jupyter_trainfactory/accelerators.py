@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "default_accelerator"]
+__all__ = [
+    "ACCELERATORS",
+    "Accelerator",
+    "accelerator",
+    "default_accelerator",
+    "resources_per_worker",
+]
 
 
 @dataclass(frozen=True)
@@ -117,3 +123,16 @@ def accelerator(name: str) -> Accelerator:
 def default_accelerator(accelerators_per_worker: float) -> str:
     """``gpu`` when a worker asks for accelerators, else ``cpu`` (jobs before this option)."""
     return "gpu" if accelerators_per_worker > 0 else "cpu"
+
+
+def resources_per_worker(
+    cpus: float, accelerators: float, name: str | None, custom: dict[str, float] | None = None
+) -> dict[str, float]:
+    """Ray resources of one worker: ``{"CPU": cpus, <accelerator's resource>: accelerators,
+    **custom}`` (the accelerator only when it has a resource and ``accelerators`` > 0)."""
+    resources = {"CPU": float(cpus)}
+    resource = accelerator(name or "cpu").resource
+    if resource and accelerators:
+        resources[resource] = float(accelerators)
+    resources.update({k: float(v) for k, v in (custom or {}).items()})
+    return resources

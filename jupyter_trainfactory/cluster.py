@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .spec import PLACEMENTS, JobSpec, SpecError
+from .spec import PLACEMENTS, JobSpec, SpecError, selector_text
 
 __all__ = [
     "ClusterInfo",
@@ -162,18 +162,25 @@ def _read_token(path: Path) -> str:
         return ""
 
 
+def _find_token(address: str) -> tuple[str, str]:
+    """``(token, where it came from)`` for ``address``, in :func:`cluster_headers`'s order;
+    ``("", "nowhere ...")`` when there is none."""
+    path = token_file(address)
+    if token := _read_token(path):
+        return token, f"its token file {path}"
+    if token := os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return token, "RAY_AUTH_TOKEN"
+    env_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if env_path and (token := _read_token(Path(env_path).expanduser())):
+        return token, f"RAY_AUTH_TOKEN_PATH ({env_path})"
+    if token := _read_token(Path.home() / ".ray" / "auth_token"):
+        return token, "~/.ray/auth_token"
+    return "", "nowhere (no token was found)"
+
+
 def token_source(address: str) -> str:
     """Where :func:`cluster_headers` takes the token for ``address`` from, in words."""
-    path = token_file(address)
-    if _read_token(path):
-        return f"its token file {path}"
-    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
-        return "RAY_AUTH_TOKEN"
-    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        return f"RAY_AUTH_TOKEN_PATH ({os.environ['RAY_AUTH_TOKEN_PATH']})"
-    if _read_token(Path.home() / ".ray" / "auth_token"):
-        return "~/.ray/auth_token"
-    return "nowhere (no token was found)"
+    return _find_token(address)[1]
 
 
 def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
@@ -207,13 +214,8 @@ def cluster_headers(address: str) -> dict[str, str]:
     ``RAY_AUTH_TOKEN``, the file named by ``RAY_AUTH_TOKEN_PATH``, then Ray's default
     ``~/.ray/auth_token``. Empty when none is found (a cluster without token auth).
     """
-    token = _read_token(token_file(address)) or os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    if not token and os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        token = _read_token(Path(os.environ["RAY_AUTH_TOKEN_PATH"]).expanduser())
-    token = token or _read_token(Path.home() / ".ray" / "auth_token")
-    if token:
-        return {"authorization": f"Bearer {token}"}
-    return {}
+    token, _ = _find_token(address)
+    return {"authorization": f"Bearer {token}"} if token else {}
 
 
 # -- describing a cluster --------------------------------------------------------------
@@ -399,12 +401,6 @@ def eligible_nodes(cluster: ClusterInfo, spec: JobSpec) -> list[Node]:
     return [n for n in cluster.nodes if any(label_matches(n.labels, s) for s in selectors)]
 
 
-def _selector_text(spec: JobSpec) -> str:
-    selectors = spec.label_selector
-    selectors = selectors if isinstance(selectors, list) else [selectors] if selectors else []
-    return " ".join(sorted({f"{k}={v}" for s in selectors for k, v in s.items()}))
-
-
 def _workers(n: int) -> str:
     return f"{n} worker{'s' if n != 1 else ''}"
 
@@ -419,7 +415,7 @@ def check_placement(cluster: ClusterInfo, spec: JobSpec) -> Placement:
     need = spec.worker_resources()
     shape = _shape_text(need)
     nodes = eligible_nodes(cluster, spec)
-    selector = _selector_text(spec)
+    selector = selector_text(spec.label_selector)
     where = f"the nodes matching {selector}" if selector else "the cluster"
     if not nodes:
         raise SpecError(

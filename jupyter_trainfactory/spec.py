@@ -20,6 +20,7 @@ __all__ = [
     "flatten",
     "parse_env",
     "parse_pairs",
+    "selector_text",
 ]
 
 DEFAULT_EXPERIMENT = "trainfactory"
@@ -112,6 +113,12 @@ def _label_selector(value: Any, workers: int) -> dict[str, str] | list[dict[str,
                 raise SpecError(f"The label selector {key}= needs a value.")
         out.append({str(k): str(v).strip() for k, v in selector.items()})
     return out if isinstance(value, list) else out[0]
+
+
+def selector_text(selector: dict[str, str] | list[dict[str, str]] | None) -> str:
+    """A label selector (one dict, or one per worker) as ``key=value ...``, sorted."""
+    selectors = selector if isinstance(selector, list) else [selector] if selector else []
+    return " ".join(sorted({f"{k}={v}" for s in selectors for k, v in s.items()}))
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, str]:
@@ -379,13 +386,11 @@ class JobSpec:
 
     def worker_resources(self) -> dict[str, float]:
         """The Ray resources of one worker: ``{"CPU": 1, "GPU": 1, "rack_a": 1}``."""
-        from .accelerators import accelerator
+        from .accelerators import resources_per_worker
 
-        need = {"CPU": float(self.cpus_per_worker)}
-        resource = accelerator(self.accelerator or "cpu").resource
-        if resource and self.gpus_per_worker:
-            need[resource] = float(self.gpus_per_worker)
-        need.update(self.resources)
+        need = resources_per_worker(
+            self.cpus_per_worker, self.gpus_per_worker, self.accelerator, self.resources
+        )
         return {k: v for k, v in need.items() if v > 0}
 
     def catalog(self):

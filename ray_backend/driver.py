@@ -68,24 +68,27 @@ def check_interpreter(client: dict[str, Any] | None) -> None:
     )
 
 
+def _worker_resources(spec: dict[str, Any]) -> dict[str, float]:
+    from jupyter_trainfactory.accelerators import resources_per_worker
+
+    return resources_per_worker(
+        spec["cpus_per_worker"],
+        spec["gpus_per_worker"],
+        spec.get("accelerator"),
+        spec.get("resources"),
+    )
+
+
 def _resources_text(spec: dict[str, Any]) -> str:
     """``2 workers x (1 CPU, 1 GPU), placement pack, labels ray.io/market-type=spot``."""
-    from jupyter_trainfactory.accelerators import accelerator
+    from jupyter_trainfactory.spec import selector_text
 
-    parts = [f"{spec['cpus_per_worker']:g} CPU"]
-    resource = accelerator(spec.get("accelerator") or "cpu").resource
-    if resource and spec["gpus_per_worker"]:
-        parts.append(f"{spec['gpus_per_worker']:g} {resource}")
-    parts += [f"{v:g} {k}" for k, v in (spec.get("resources") or {}).items()]
+    parts = ", ".join(f"{v:g} {k}" for k, v in _worker_resources(spec).items())
     n = spec["workers"]
-    text = f"{n} worker{'s' if n != 1 else ''} x ({', '.join(parts)})"
+    text = f"{n} worker{'s' if n != 1 else ''} x ({parts})"
     text += f", placement {spec.get('placement') or 'pack'}"
-    selector = spec.get("label_selector")
-    if selector:
-        selectors = selector if isinstance(selector, list) else [selector]
-        labels = {f"{k}={v}" for s in selectors for k, v in s.items()}
-        text += f", labels {' '.join(sorted(labels))}"
-    return text
+    labels = selector_text(spec.get("label_selector"))
+    return text + (f", labels {labels}" if labels else "")
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -240,10 +243,7 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
 
     spec = meta["spec"]
     row = accelerator(spec.get("accelerator") or "cpu")
-    resources = {"CPU": float(spec["cpus_per_worker"])}
-    if row.resource and spec["gpus_per_worker"]:
-        resources[row.resource] = float(spec["gpus_per_worker"])
-    resources.update({k: float(v) for k, v in (spec.get("resources") or {}).items()})
+    resources = _worker_resources(spec)
     return TorchTrainer(
         instrument(fn, meta["job_id"]),
         train_loop_config=meta["config"],
