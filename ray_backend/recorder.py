@@ -1128,27 +1128,33 @@ class RunRecorder:
         linked to the run, its step and the metrics reported with it; the weights stay in
         the job's storage (tag ``trainfactory.checkpoint.path``) until ``%train register``
         logs them as an MLflow model. Raises when the tracking server refuses; what is left
-        is tried again at the next flush."""
-        from mlflow.entities import LoggedModelStatus, Metric
+        is tried again at the next flush (a model already created is not created again).
+        Each is also the run's output at its step (``log_outputs``): the run page of the
+        MLflow UI lists a run's models from its outputs, not from ``source_run_id``."""
+        from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
 
         while self._checkpoint_models:
-            step, path, when, metrics = self._checkpoint_models[0]
+            step, path, when, metrics, *created = self._checkpoint_models[0]
             if self._run_info is None:
                 run = self._client.get_run(self.run_id)
                 self._run_info = (run.info.experiment_id, run.data.tags.get(TAG.JOB_ID, ""))
             experiment_id, job_id = self._run_info
-            model = self._client.create_logged_model(
-                experiment_id,
-                name=f"checkpoint-step-{step}",
-                source_run_id=self.run_id,
-                model_type="checkpoint",
-                tags={
-                    TAG.JOB_ID: job_id,
-                    TAG.CKPT_PATH: path,
-                    TAG.CKPT_STEP: str(step),
-                    TAG.CKPT_TIME: f"{when:.3f}",
-                },
-            )
+            model = created[0] if created else None
+            if model is None:
+                model = self._client.create_logged_model(
+                    experiment_id,
+                    name=f"checkpoint-step-{step}",
+                    source_run_id=self.run_id,
+                    model_type="checkpoint",
+                    tags={
+                        TAG.JOB_ID: job_id,
+                        TAG.CKPT_PATH: path,
+                        TAG.CKPT_STEP: str(step),
+                        TAG.CKPT_TIME: f"{when:.3f}",
+                    },
+                )
+                self._checkpoint_models[0] = (step, path, when, metrics, model)
+            self._client.log_outputs(self.run_id, [LoggedModelOutput(model.model_id, step)])
             ms = int(when * 1000)
             points = [Metric(k, v, ms, step, model_id=model.model_id) for k, v in metrics.items()]
             if points:

@@ -59,8 +59,14 @@ def test_each_checkpoint_becomes_a_logged_model_with_its_step_and_metrics(store)
     assert m.tags[TAG.CKPT_PATH] == "/ckpt/b" and m.tags[TAG.JOB_ID] == "tf-0000abcd"
     assert {x.key: x.value for x in m.metrics} == {"loss": 0.4, "acc": 0.8}
     assert all(x.step == 3 for x in m.metrics)
+    # the run page of the MLflow UI lists the models of the run's outputs
+    outputs = client.get_run(run_id).outputs.model_outputs
+    assert sorted((o.step, o.model_id) for o in outputs) == [
+        (step, by_step[step].model_id) for step in (1, 3)
+    ]
     rec.flush()  # logged once
     assert len(client.search_logged_models([exp])) == 2
+    assert len(client.get_run(run_id).outputs.model_outputs) == 2
 
 
 def test_finish_closes_run_with_error(store):
