@@ -145,6 +145,11 @@ class RunRecorder:
         )
         self._worker_counters = False
         self._derived_step = -1
+        # train/* of a restarted or resumed job go on after the earlier attempts' steps
+        # and totals (their workers count from zero)
+        self._train_offset = 0
+        self._train_before: dict[str, float] = {}
+        self._train_totals: dict[str, float] = {}
         self._ticks = 0
         self._derive_interval = derive_interval_s
         self._checkpoints = 0
@@ -177,6 +182,7 @@ class RunRecorder:
         self._rank_seen: dict[int, float] = {}  # rank -> its telemetry's last batch
         self._failure: dict[str, Any] | None = None  # the last failure's root cause
         self._rank_steps: dict[int, int] = {}
+        self._rank_checks: dict[int, int] = {}  # rank -> stop points passed (should_stop, reports)
         # stalls: no step or report for stall_timeout_s (None: not watched)
         self._stall_timeout = stall_timeout_s
         self._on_stall = on_stall
@@ -277,6 +283,9 @@ class RunRecorder:
             self._last_report_time = now
             self._progressed(now)
             self._report_progress(step, now)
+            stop_seen = any(m.get(STOP_SEEN) for m in metrics_per_rank)
+            if checkpoint_path and self._stop is not None and stop_seen:
+                self._stop["checkpointed"] = True  # the workers wait after this report
             if step <= self._last_report_step:
                 return None
             self._last_report_step = step
@@ -291,8 +300,6 @@ class RunRecorder:
                     self._add_user("train/samples", self._samples_total, step, now)
                     if previous is not None and now > previous:
                         self._add_user("train/samples_per_s", batch / (now - previous), step, now)
-            if checkpoint_path and self._stop is not None and rank0.get(STOP_SEEN):
-                self._stop["checkpointed"] = True  # the workers wait after this report
             if checkpoint_path:
                 self._checkpoint_step = step
                 self._add_user("checkpoint/step", step, step, now)
@@ -320,10 +327,37 @@ class RunRecorder:
         ``trainfactory.should_stop()`` reads it."""
         with self._lock:
             self._worker_batch(rank, batch)
-            return {"stop": self._stop is not None}
+            if self._stop is None:
+                return {"stop": False}
+            if "stop" in batch:
+                self._agree_stop(rank, batch["stop"])
+            return {"stop": True, "at": self._stop.get("at")}
+
+    def _agree_stop(self, rank: int, info: dict[str, Any]) -> None:
+        """Take rank ``rank``'s stop point count, sent after it heard of the stop (it
+        passes no further stop point until told the agreed one); once every rank's count
+        is in, the stop point is one past the furthest: every rank can reach it (the
+        ranks behind need no collective with the ones waiting ahead of them) and none
+        has passed it. Called under the lock."""
+        stop = self._stop
+        counts = stop.setdefault("counts", {})
+        counts[rank] = int(info.get("checks", 0))
+        world = max(int(info.get("world_size") or 1), 1)
+        stop["world"] = world
+        if stop.get("at") is None and len(counts) >= world:
+            stop["at"] = max(counts.values()) + 1
+            stop["agreed"] = time.time()
+            step = max(self._rank_steps.values(), default=0)
+            print(
+                f"trainfactory: stop agreed by {world} ranks: every rank stops at its next"
+                f" stop point (about step {step + 1})",
+                flush=True,
+            )
 
     def _worker_batch(self, rank: int, batch: dict[str, Any]) -> None:
         self._rank_seen[rank] = time.time()
+        if "checks" in batch:
+            self._rank_checks[rank] = int(batch["checks"])
         if "worker" in batch:
             self._set_worker(rank, batch["worker"])
         if "error" in batch:
@@ -467,6 +501,10 @@ class RunRecorder:
             self._cost.started(now)
         self._last_progress, self._progress_seen = now, False
         self._rank_steps.clear()
+        self._rank_checks.clear()
+        if self._stop is not None:  # new workers count their stop points from zero
+            for key in ("counts", "at", "agreed", "reached", "waiting"):
+                self._stop.pop(key, None)
         self._errors.clear()
         self._rank_seen.clear()
         self._stall_restart = False
@@ -483,7 +521,11 @@ class RunRecorder:
             # latest reported checkpoint (Ray Train's own choice); settled on first progress
             default = int(self._checkpoint_step or 0)
             self._pending_restore = (restarts, ts, default)
+            # a loop without a `step` key counts reports from the restored checkpoint's:
+            # a report repeated after the restore falls on a step already written
+            self._reports = default
             self._last_counters = None  # the new workers count from zero
+            self._new_throughput()
 
     # -- ranks, progress and stalls ---------------------------------------------------
     def _set_worker(self, rank: int, info: dict[str, Any]) -> None:
@@ -653,6 +695,7 @@ class RunRecorder:
         restarts, ts, default = self._pending_restore
         self._pending_restore = None
         restore = default if step is None else int(step)
+        self._reports = restore
         self._push(self._user, "faults/restore_step", restore, ts, restarts)
         self._tags["trainfactory.faults.restore_step"] = str(restore)
 
@@ -695,6 +738,41 @@ class RunRecorder:
             f" checkpoint, or in {grace_s:g} s without one.",
             flush=True,
         )
+
+    def _check_stop_wait(self, now: float) -> None:
+        """Say when a stop cannot complete: a rank has not answered the stop, or has not
+        reached the agreed stop point while another rank has (a hang, or stop points
+        that differ between ranks), for ``max(30 s, 3 x the longest step seen)``. Sets
+        the reason (``stopping: waiting for rank R at step S``) and the tag
+        ``trainfactory.stop.waiting``. Called under the lock."""
+        stop = self._stop
+        attempt = self._attempts[-1] if self._attempts else None
+        if stop is None or stop["checkpointed"] or attempt is None or attempt["failed_at"]:
+            return
+        world = stop.get("world") or self._throughput.world_size or len(self._ranks) or 1
+        at = stop.get("at")
+        if at is None:  # not agreed: the ranks that have not answered since they heard
+            behind = [r for r in range(world) if r not in stop.get("counts", {})]
+            since = max(stop["time"], attempt["start"])
+        else:
+            counts = self._rank_checks
+            behind = [r for r in range(world) if counts.get(r, 0) < at]
+            if len(behind) == world:  # all on their way (a loop that checks rarely)
+                return
+            since = stop.setdefault("reached", now)
+        if not behind:
+            if stop.pop("waiting", None):
+                self._tags["trainfactory.stop.waiting"] = ""
+            return
+        if now - since < max(30.0, 3 * self._max_gap):
+            return
+        rank = min(behind, key=lambda r: (self._rank_checks.get(r, -1), r))
+        text = f"stopping: waiting for rank {rank} at step {self._rank_steps.get(rank, 0)}"
+        if stop.get("waiting") != text:
+            stop["waiting"], stop["waiting_since"] = text, since
+            self._tags[TAG.REASON] = text
+            self._tags["trainfactory.stop.waiting"] = text
+            print(f"trainfactory: {text} (since {now - since:.0f} s)", flush=True)
 
     def stop_status(self) -> dict[str, Any] | None:
         """None, or the stop request with ``due``: True once training should end now (a
@@ -755,10 +833,20 @@ class RunRecorder:
         if "train/samples" in latest:
             self._samples_total = latest["train/samples"].value
         step = tags.get(TAG.STEP)
-        self._reports = int(step) if step and step.isdigit() else 0
-        self._last_report_step = self._reports
+        self._last_report_step = int(step) if step and step.isdigit() else 0
         ckpt = tags.get(TAG.CKPT_STEP)
         self._checkpoint_step = int(ckpt) if ckpt and ckpt.isdigit() else None
+        # reports count on from the checkpoint the resume restores (else the last report)
+        self._reports = (
+            self._checkpoint_step if self._checkpoint_step is not None else self._last_report_step
+        )
+        # train/* go on from the earlier submissions' steps and totals
+        self._train_offset = max(
+            [int(m.step) for k, m in latest.items() if k.startswith("train/")] + [0]
+        )
+        self._train_before = {
+            k: latest[k].value for k in ("train/samples", "train/tokens") if k in latest
+        }
         self._checkpoints = (
             int(latest["checkpoint/save_s"].step) if "checkpoint/save_s" in latest else 0
         )
@@ -883,6 +971,9 @@ class RunRecorder:
             if self._stop is None:
                 self.poll_control()
             reason = self._stop["reason"] if self._stop is not None else "user"
+            waiting = (self._stop or {}).get("waiting")
+            if waiting and not self._stop["checkpointed"]:  # the grace ran out on it
+                reason += f": grace ended {waiting.removeprefix('stopping: ')}"
         if error and self._failed_rank is not None and not error.startswith("rank "):
             error = f"rank {self._failed_rank}: {error}"
         with self._lock:
@@ -938,6 +1029,22 @@ class RunRecorder:
             }
 
     # -- derived numbers ------------------------------------------------------------
+    def _new_throughput(self) -> None:
+        """A fresh throughput window for a new attempt's workers (they count from zero);
+        its ``train/*`` points go on after the steps and totals derived so far. Called
+        under the lock."""
+        old = self._throughput
+        self._throughput = JobThroughput(
+            old.gpus_per_worker,
+            flops_per_token=old.flops_per_token,
+            peak_flops=old.peak_flops,
+            world_size=old.world_size,
+        )
+        self._train_offset = max(self._train_offset, self._derived_step)
+        for key, value in self._train_totals.items():
+            self._train_before[key] = self._train_before.get(key, 0.0) + value
+        self._train_totals = {}
+
     def _set_model(self, info: dict[str, Any]) -> None:
         fpt = self._user_flops or info.get("flops_per_token")
         n_params = info.get("n_params")
@@ -996,11 +1103,15 @@ class RunRecorder:
         with self._lock:
             self._ticks += 1
             ts = int(now * 1000)
-            step = self._throughput.steps
+            step = self._train_offset + self._throughput.steps
             if step > self._derived_step:
                 values = self._throughput.derive(now)
                 if values:
                     self._derived_step = step
+                    for key in ("train/samples", "train/tokens"):
+                        if key in values:
+                            self._train_totals[key] = values[key]
+                            values[key] += self._train_before.get(key, 0.0)
                     for key, value in values.items():
                         self._add_user(key, value, step, now)
             fresh = [v for t, v in self._gpu_latest.values() if now - t < 5.0]
@@ -1025,6 +1136,8 @@ class RunRecorder:
                 values.pop("faults/count", None)  # written when a failure happens
                 for key, value in values.items():
                     self._push(self._user, key, value, ts, self._ticks)
+        with self._lock:
+            self._check_stop_wait(now)
         action = self._check_stall(now)
         if action:
             self._act_on_stall(action)

@@ -86,6 +86,7 @@ class WorkerTelemetry:
         self.world_size = world_size
         self._send = send
         self._lock = threading.Lock()
+        self._agreed = threading.Condition(self._lock)  # notified when the stop point is known
         self._points: list[list] = []
         self._steps = 0
         self._log_calls = 0
@@ -105,6 +106,14 @@ class WorkerTelemetry:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stop_requested = False  # set from the recorder's reply; read by should_stop()
+        # Stop agreement: every rank counts its stop points (should_stop() calls and
+        # reports; the same sequence on every rank of an SPMD loop). Once a stop is
+        # requested, a rank does not pass its next stop point until the recorder has told
+        # it the agreed one (``stop_at``: one past the furthest rank), so no rank can be
+        # in a collective that another rank never joins.
+        self._checks = 0
+        self.stop_at: int | None = None
+        self._closing = False
         self._logged_step: int | None = None  # the last step given to log()
         self._replies: list[Any] = []
 
@@ -180,6 +189,28 @@ class WorkerTelemetry:
             self._checkpoints.append(ckpt)
             self._dirty = True
 
+    def check(self, wait_s: float | None = None) -> bool:
+        """One stop point (a ``should_stop()`` call or a report): True when the job stops
+        here, the same answer on every rank at the same stop point.
+
+        Without a stop request it is a counter increment. With one, the first stop point
+        before the agreed one is known waits for it (the recorder agrees within about a
+        second of every rank hearing of the request); ``wait_s`` bounds that wait (None:
+        until agreed or closed; then the stop is taken here).
+        """
+        with self._agreed:
+            if self.stop_requested and self.stop_at is None:
+                deadline = None if wait_s is None else time.monotonic() + wait_s
+                self._dirty = True  # the next batch carries this rank's stop point
+                while self.stop_at is None and not self._closing:
+                    left = 1.0 if deadline is None else deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._agreed.wait(min(left, 1.0))
+            self._checks += 1
+            self._dirty = True
+            return self.stop_requested and (self.stop_at is None or self._checks >= self.stop_at)
+
     def set_info(self, kind: str, info: dict[str, Any]) -> None:
         """Once-in-a-while facts: ``model`` (parameters, shape) or ``device`` (name, node)."""
         with self._lock:
@@ -227,7 +258,16 @@ class WorkerTelemetry:
                     "step_times": self._step_times,
                 },
                 "points": self._points,
+                "checks": self._checks,
             }
+            if self.stop_requested and self.stop_at is None or self._closing:
+                # this rank's stop point count, valid for the agreement: after the rank
+                # heard of the stop it passes no further stop point until agreed
+                batch["stop"] = {
+                    "checks": self._checks,
+                    "world_size": self.world_size,
+                    "final": self._closing,
+                }
             if self._extra:
                 batch.update(self._extra)
             if self._checkpoints:
@@ -241,8 +281,12 @@ class WorkerTelemetry:
 
         Without new data, an empty batch still goes out every few seconds so that the
         recorder's reply (a stop request) reaches a worker that logs nothing."""
+        pending = self.stop_requested and self.stop_at is None
+        if pending:
+            with self._lock:
+                self._dirty = True  # the recorder waits for this rank's stop point count
         batch = self.batch()
-        if batch is None and not self.stop_requested and time.time() - self._last_sent > 2.0:
+        if batch is None and time.time() - self._last_sent > 2.0:
             batch = {}
         if batch is None or self._send is None:
             return None
@@ -267,24 +311,40 @@ class WorkerTelemetry:
 
     def _read_replies(self) -> None:
         """Look at the recorder's replies that have arrived (never waits for one)."""
-        if not self._replies or self.stop_requested:
+        if not self._replies:
             return
         import ray
 
         ready, self._replies = ray.wait(self._replies, num_returns=len(self._replies), timeout=0)
         for ref in ready:
             try:
-                if (ray.get(ref) or {}).get("stop"):
-                    self.stop_requested = True
+                reply = ray.get(ref) or {}
             except Exception:  # the recorder is gone or failed: no stop from it
-                pass
+                continue
+            self.hear(reply)
+
+    def hear(self, reply: dict[str, Any]) -> None:
+        """Take the recorder's reply to a batch: ``{"stop": bool, "at": stop point or
+        None}``; wakes a stop point waiting for the agreement."""
+        if not reply.get("stop"):
+            return
+        with self._agreed:
+            if not self.stop_requested:
+                self.stop_requested = True
+                self._dirty = True
+            at = reply.get("at")
+            if at is not None and self.stop_at is None:
+                self.stop_at = int(at)
+                self._agreed.notify_all()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="trainfactory-log", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._stop.wait(
+            0.1 if self.stop_requested and self.stop_at is None else self._interval
+        ):
             try:
                 self.flush()
                 self._read_replies()
@@ -296,6 +356,10 @@ class WorkerTelemetry:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+        with self._agreed:  # a finished rank passes no more stop points: its count is final
+            self._closing = True
+            self._dirty = True
+            self._agreed.notify_all()
         ref = self.flush()
         if ref is not None:
             import ray
@@ -427,13 +491,24 @@ def data_wait(iterable: Iterable | None = None):
 
 
 def should_stop() -> bool:
-    """True once a stop was requested (``%train stop JOB``); cheap enough for every step.
+    """True from the step where the job stops after a stop request; call it every step
+    (or every k steps) on every rank, at the same place in the loop.
 
-    A loop that checks it can save a checkpoint and return early; one that does not is
-    ended by the driver after its next report that carries a checkpoint anyway.
+    A graceful stop (``%train stop``, the panel, ``--budget``, ``--on-stall stop``) makes
+    every rank see True at the same call, whatever their speeds: after the request, each
+    rank waits at its next call (or report) until the job's recorder has agreed the stop
+    point, one past the rank furthest ahead (about a second), so a loop that then saves
+    a checkpoint and returns cannot deadlock in a collective. Without a request it costs
+    a lock and a counter. A loop that never calls it is ended by the driver after its
+    next report that carries a checkpoint.
+
+    Returns
+    -------
+    bool
+        False outside a trainfactory job.
     """
     worker = _current
-    return worker is not None and worker.stop_requested
+    return worker is not None and worker.check(wait_s=STOP_WAIT_S)
 
 
 def save_checkpoint(metrics: dict[str, Any], directory: str | None = None, **kwargs: Any) -> None:
@@ -616,6 +691,11 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     report = ray.train.report
 
     def timed_report(metrics, checkpoint=None, *args, **kwargs):
+        # a stop point like should_stop(): every rank marks the same report
+        stop_seen = worker.check(wait_s=STOP_WAIT_S)
+        if stop_seen:  # tells the recorder: the first report at the agreed stop point
+            metrics = {**metrics, STOP_SEEN: 1}
+            worker.drain()  # every step logged so far reaches the run before the job ends
         if checkpoint is None:
             return report(metrics, checkpoint, *args, **kwargs)
         nbytes = None
@@ -625,10 +705,6 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
             if not os.path.exists(os.path.join(checkpoint.path, MANIFEST)):
                 write_manifest(checkpoint.path)
             nbytes = _dir_bytes(checkpoint.path)
-        stop_seen = worker.stop_requested
-        if stop_seen:  # tells the recorder: the last checkpoint before the stop
-            metrics = {**metrics, STOP_SEEN: 1}
-            worker.drain()  # every step logged so far reaches the run before the job ends
         t0 = time.perf_counter()
         result = report(metrics, checkpoint, *args, **kwargs)
         step = metrics.get("step")

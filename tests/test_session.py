@@ -43,7 +43,7 @@ def test_an_idle_worker_still_hears_about_a_stop(telemetry):
     worker.flush()
     assert sent == [(0, {})]  # an empty batch, so that the recorder's reply comes back
     assert session.should_stop() is False
-    worker.stop_requested = True  # what the reader of the replies sets
+    worker.hear({"stop": True, "at": 2})  # the recorder's reply: stop at stop point 2
     assert session.should_stop() is True
 
 
@@ -167,3 +167,91 @@ def test_the_worker_api_imports_without_jupyter_mlflow_ray_or_torch():
     assert out.stdout.strip() == (
         "['data_wait', 'get_checkpoint', 'log', 'save_checkpoint', 'should_stop', 'step', 'watch']"
     )
+
+
+class _NoServer:
+    def get_run(self, run_id):
+        raise ConnectionError("no tracking server in this test")
+
+
+def _ddp_ranks(rec, sleeps, stop_after_s, check_every=1):
+    """Two ranks in lock-step (a barrier as the allreduce of each step, another as the
+    report barrier), telemetry shipped to ``rec`` every 50 ms; a stop is requested after
+    ``stop_after_s``. Returns ``{rank: step where should_stop() was True}``."""
+    import random
+    import threading
+
+    workers = {r: session.WorkerTelemetry(None, rank=r, world_size=len(sleeps)) for r in range(2)}
+    for w in workers.values():
+        w._send = lambda rank, batch: workers[rank].hear(rec.worker_batch(rank, batch))
+    allreduce, report = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
+    stopped, done = {}, threading.Event()
+
+    def rank_loop(r):
+        worker, i = workers[r], 0
+        while True:
+            i += 1
+            time.sleep(sleeps[r] * random.uniform(0.5, 1.5))
+            allreduce.wait()  # DDP's gradient allreduce: every rank or none
+            worker.log({"loss": 1.0 / i}, step=i)
+            if i % check_every == 0 and worker.check(wait_s=10):
+                stopped[r] = i
+                report.wait()  # save_checkpoint: ray.train.report is a barrier
+                return
+
+    def ship():
+        while not done.wait(0.05):
+            for w in workers.values():
+                w.flush()
+
+    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in workers]
+    shipper = threading.Thread(target=ship)
+    for t in (*threads, shipper):
+        t.start()
+    time.sleep(stop_after_s)
+    rec.request_stop("user")
+    for t in threads:
+        t.join(timeout=20)
+    done.set()
+    shipper.join()
+    return stopped
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("check_every", [1, 5])
+def test_every_rank_stops_at_the_same_step_whatever_their_speeds(check_every):
+    import random
+
+    from ray_backend.recorder import RunRecorder
+
+    for _ in range(10):  # a stop at a random moment, 10 times
+        rec = RunRecorder("http://unused", "run", flush_interval_s=3600)
+        rec._client = _NoServer()
+        rec.set_state("RUNNING")
+        stopped = _ddp_ranks(rec, [0.002, 0.006], random.uniform(0.05, 0.4), check_every)
+        assert set(stopped) == {0, 1}, "a rank deadlocked (a barrier timed out)"
+        assert stopped[0] == stopped[1] and stopped[0] % check_every == 0
+        assert rec.stop_status()["at"] == stopped[0] // check_every
+
+
+def test_a_rank_that_does_not_reach_the_stop_point_is_named():
+    from ray_backend.recorder import RunRecorder
+
+    rec = RunRecorder("http://unused", "run", flush_interval_s=3600)
+    rec._client = _NoServer()
+    rec.set_state("RUNNING")
+    rec.request_stop("user")
+    for rank, checks in ((0, 12), (1, 11)):  # rank 1 is one stop point behind
+        points = [["loss", 1.0, checks, time.time()]]
+        reply = rec.worker_batch(
+            rank, {"points": points, "checks": checks, "stop": {"checks": checks, "world_size": 2}}
+        )
+    assert reply == {"stop": True, "at": 13}
+    rec.worker_batch(0, {"checks": 13})  # rank 0 reached it; rank 1 hangs at step 11
+    now = time.time()
+    rec._check_stop_wait(now)  # starts the clock
+    rec._check_stop_wait(now + 10)
+    assert "waiting" not in rec.stop_status()
+    rec._check_stop_wait(now + 31)  # at least 30 s
+    assert rec.stop_status()["waiting"] == "stopping: waiting for rank 1 at step 11"
+    assert rec._tags["trainfactory.reason"] == "stopping: waiting for rank 1 at step 11"
