@@ -1122,12 +1122,12 @@ class Job:
         """Block until the job ends; return its final state (``TimeoutError`` after ``timeout`` s).
 
         The job's dashboard, if one is shown, is brought up to date before returning, so a
-        notebook saved right after shows the final state.
+        notebook saved right after shows the final state and its static summary.
         """
         state = self.manager.wait(self.id, timeout)
         board = self._dashboard
         if board is not None and board.comm is not None:
-            board.stop()
+            # it goes on following the job (a resume shows), at its slower pace
             with contextlib.suppress(Exception):  # tracking server away: the poller said so
                 board.poll_once()
         return state

@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from jupyter_trainfactory.dashboard import DashboardModel, JobDashboard, RunSource, Snapshot
-from jupyter_trainfactory.dashboard.widget import timeline_html
+from jupyter_trainfactory.dashboard.timeline import timeline_html
 from jupyter_trainfactory.jobs import JobInfo
 from jupyter_trainfactory.telemetry.goodput import TIMELINE_TAG, Attempt, CheckpointSave, Step
 from jupyter_trainfactory.telemetry.goodput import account as account_goodput
@@ -41,18 +41,20 @@ def test_points_grow_and_are_capped_at_rollover(run):
         assert len(model.series["loss"]) == min(step, 5)
     assert [s for s, _ in model.series["loss"]] == [4, 5, 6, 7, 8]
     assert model.nodes["node-1"]["cpu_utilization"] == 48.0
-    view, cds = board._figures["loss"]
-    assert len(cds.data["step"]) == 5  # the bokeh source rolls over too
-    assert "system/node-1/cpu_utilization" not in board._figures
+    cds = board.source_of("loss")
+    assert len(cds.data["x"]) == 5  # the bokeh source rolls over too
+    # the node's CPU is a line of the utilization plot, by elapsed time
+    assert len(board.source_of("utilization", "node-1 CPU").data["y"]) == 5
 
     board.poll_once()  # nothing new: nothing appended
-    assert len(cds.data["step"]) == 5 and model.polls == 10  # 1 on creation + 9
+    assert len(cds.data["x"]) == 5 and model.polls == 10  # 1 on creation + 9
     assert "RUNNING" in board._header.value and "step" in board._header.value
 
     client.set_tag(run_id, TAG.ERROR, "ValueError: boom")
     client.set_terminated(run_id, "FAILED")
-    assert board.poll_once() is False  # the job ended: polling stops
+    assert board.poll_once() is False  # the job ended
     assert model.info.state == "FAILED" and "ValueError: boom" in board._header.value
+    assert board.ended
     board.close()
 
 
@@ -66,14 +68,26 @@ def test_attach_reads_history_once_downsampled(run):
     assert board.model.info.state == "SUCCEEDED"
 
 
-def test_background_poller_stops_when_the_job_ends(run):
+def test_background_poller_follows_the_job_after_it_ends(run):
     uri, client, run_id = run
-    board = JobDashboard(source=RunSource(uri, run_id), interval_s=0.01, start=True)
+    board = JobDashboard(
+        source=RunSource(uri, run_id), interval_s=0.01, follow_interval_s=0.05, start=True
+    )
     assert board.polling
     client.set_terminated(run_id, "KILLED")
-    board.wait(timeout=30)
-    assert not board.polling and board.model.info.state == "STOPPED"
+    assert board.wait(timeout=30)
+    assert board.polling and board.model.info.state == "STOPPED"  # slower, still following
+    # a resume (from the side panel, another kernel or the CLI) reopens the run
+    client.update_run(run_id, "RUNNING")
+    client.set_tag(run_id, TAG.STATE, "RUNNING")
+    _log(client, run_id, [1, 2])
+    deadline = time.monotonic() + 30
+    while board.ended and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not board.ended and board.model.info.state == "RUNNING"
+    assert "RUNNING" in board._header.value
     board.close()
+    assert not board.polling
 
 
 def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
@@ -124,12 +138,19 @@ def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
     ):
         assert text in header, text
     assert "gpu0" in nodes and "97 %" in nodes and "40.0 / 140 GiB" in nodes and "650 W" in nodes
-    assert set(board._figures) == {
-        "train/samples_per_s",
-        "train/tokens_per_s",
-        "train/mfu",
-        "train/step_time_s",
-    }  # the other train/ and checkpoint/ numbers are text, system/ ones a table
+    # tokens/s is the job's throughput; the GPU is a line of the device plots; the step
+    # time split stacks compute 77 %, data wait 15 %, allreduce 8 %
+    assert board.plot_ids() == {
+        "user": [],
+        "system": ["throughput", "utilization", "memory", "step_split"],
+        "cost": [],
+    }
+    assert board.source_of("throughput").data["y"] == [64000.0]
+    assert board.source_of("memory", "n1 gpu0").data["y"] == [40.0]  # GiB
+    split = board.source_of("step_split").data
+    assert split["data wait"] == [pytest.approx(0.0124 * 0.15)]
+    assert split["allreduce"] == [pytest.approx(0.0124 * 0.08)]
+    assert split["compute"] == [pytest.approx(0.0124 * 0.77)]
     board.close()
 
 
@@ -186,7 +207,8 @@ def test_goodput_and_failures_in_the_header(run):
         in header
     )
     assert "failures</b> 1 (MTTR 41.5 s) · 1 restart(s), last from step 200" in header
-    assert set(board._figures) == {"goodput/ettr"}
+    assert board.plot_ids() == {"user": [], "system": [], "cost": ["goodput/ettr"]}
+    assert board._cost_box.selected_index is None  # collapsed until the user opens it
     board.close()
 
 

@@ -9,10 +9,14 @@ from dataclasses import dataclass, field
 from .. import tracking
 from ..jobs import TERMINAL_STATES, JobInfo, job_info, job_state
 
-__all__ = ["DEFAULT_ROLLOVER", "DashboardModel", "RunSource", "Snapshot"]
+__all__ = ["DEFAULT_ROLLOVER", "DashboardModel", "RunSource", "Snapshot", "history_keys"]
 
 #: Points kept per plot; older points roll over (bokeh ``ColumnDataSource.stream``).
 DEFAULT_ROLLOVER = 500
+#: ``system/`` series whose history is read on attach (utilization and memory, per device).
+HISTORY_SYSTEM_SUFFIXES = ("/utilization", "/cpu_utilization", "/memory_used_mb")
+#: At most this many ``system/`` histories are read on attach (a big cluster's devices).
+MAX_SYSTEM_HISTORIES = 32
 
 
 @dataclass
@@ -49,20 +53,37 @@ class RunSource:
         return {k: tracking.metric_history(self.client, self.run_id, k, max_points) for k in keys}
 
 
+def history_keys(snap: Snapshot) -> list[str]:
+    """The keys whose history :meth:`RunSource.history` reads on attach: every non-``system/``
+    metric, and the first :data:`MAX_SYSTEM_HISTORIES` utilization and memory series."""
+    keys = [p.key for p in snap.points if not p.key.startswith("system/")]
+    system = sorted(
+        p.key
+        for p in snap.points
+        if p.key.startswith("system/")
+        and not p.key.startswith("system/cluster/")
+        and p.key.endswith(HISTORY_SYSTEM_SUFFIXES)
+    )
+    return keys + system[:MAX_SYSTEM_HISTORIES]
+
+
 @dataclass
 class DashboardModel:
     """What the dashboard shows.
 
     ``series[key]`` holds at most ``rollover`` ``(step, value)`` points per user or
-    ``train/*`` metric; ``nodes[node][metric]`` the latest ``system/<node>/<metric>``
-    value (``metric`` is ``gpu0/utilization`` for a GPU); ``cluster[name]`` the latest
-    ``system/cluster/<name>`` aggregate; ``tags`` the run's ``trainfactory.*`` tags.
-    ``update`` returns, per series, the points that are new since the last call.
+    ``train/*`` metric; ``timeseries[key]`` at most ``rollover`` ``(time, value)`` points
+    per ``system/<node>/...`` metric (time in s since the epoch, from MLflow's timestamps);
+    ``nodes[node][metric]`` the latest ``system/<node>/<metric>`` value (``metric`` is
+    ``gpu0/utilization`` for a GPU); ``cluster[name]`` the latest ``system/cluster/<name>``
+    aggregate; ``tags`` the run's ``trainfactory.*`` tags. ``update`` returns, per series
+    (``series`` and ``timeseries`` keys alike), the points that are new since the last call.
     """
 
     rollover: int = DEFAULT_ROLLOVER
     info: JobInfo | None = None
     series: dict[str, deque] = field(default_factory=dict)
+    timeseries: dict[str, deque] = field(default_factory=dict)
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)
     latest: dict[str, float] = field(default_factory=dict)
     cluster: dict[str, float] = field(default_factory=dict)
@@ -78,10 +99,26 @@ class DashboardModel:
             self.series[key] = deque(maxlen=self.rollover)
         return self.series[key]
 
+    def _timeseries(self, key: str) -> deque:
+        if key not in self.timeseries:
+            self.timeseries[key] = deque(maxlen=self.rollover)
+        return self.timeseries[key]
+
+    @property
+    def has_gpus(self) -> bool:
+        """Whether any node reports a GPU (``system/<node>/gpu<i>/...`` metrics)."""
+        return any(k.startswith("gpu") for values in self.nodes.values() for k in values) or any(
+            "/gpu" in key for key in self.timeseries
+        )
+
     def load_history(self, history: dict[str, list[tracking.MetricPoint]]) -> None:
         """Seed the plots with (downsampled) history, e.g. on ``%train attach``."""
         for key, points in history.items():
             if key.startswith("system/"):
+                ts = self._timeseries(key)
+                for p in sorted(points, key=lambda p: p.timestamp):
+                    if not ts or p.timestamp / 1000 > ts[-1][0]:
+                        ts.append((p.timestamp / 1000, p.value))
                 continue
             series = self._series(key)
             for p in points:
@@ -100,8 +137,13 @@ class DashboardModel:
                 node, _, metric = rest.partition("/")
                 if node == "cluster":
                     self.cluster[metric] = p.value
-                else:
-                    self.nodes.setdefault(node, {})[metric] = p.value
+                    continue
+                self.nodes.setdefault(node, {})[metric] = p.value
+                ts = self._timeseries(p.key)
+                at = p.timestamp / 1000
+                if not ts or at > ts[-1][0]:
+                    ts.append((at, p.value))
+                    new.setdefault(p.key, []).append((at, p.value))
                 continue
             self.latest[p.key] = p.value
             series = self._series(p.key)
@@ -109,6 +151,28 @@ class DashboardModel:
                 series.append((p.step, p.value))
                 new.setdefault(p.key, []).append((p.step, p.value))
         return new
+
+    def step_split(self, after: int | None = None) -> list[tuple[int, float, float, float]]:
+        """``(step, compute_s, data_wait_s, allreduce_s)`` per ``train/step_time_s`` point
+        after step ``after``: the step time times ``train/data_wait_fraction`` and
+        ``train/comm_fraction`` at that step (or the last one before it); compute is the
+        rest, never below 0 (allreduce may overlap compute: DDP's bucketed allreduce)."""
+        times = self.series.get("train/step_time_s") or ()
+        fractions = {
+            name: dict(self.series.get(key) or ())
+            for name, key in (("data", "train/data_wait_fraction"), ("comm", "train/comm_fraction"))
+        }
+        last = {"data": 0.0, "comm": 0.0}
+        rows = []
+        for step, seconds in times:
+            for name, by_step in fractions.items():
+                if step in by_step:
+                    last[name] = by_step[step]
+            if after is not None and step <= after:
+                continue
+            data, comm = seconds * last["data"], seconds * last["comm"]
+            rows.append((step, max(0.0, seconds - data - comm), data, comm))
+        return rows
 
     def elapsed_s(self, now: float | None = None) -> float | None:
         if self.info is None or self.info.started is None:

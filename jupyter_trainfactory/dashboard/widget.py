@@ -1,112 +1,40 @@
 """JobDashboard: the live widget (ipywidgets + bokeh through jupyter_bokeh).
 
-One background poller owns every widget write. Each poll reads only the latest
-value of each metric (one ``get_run``); the full history is read once, downsampled,
-when the dashboard is created for a job that already has points.
+One background poller owns every widget write. Each poll reads only the latest value of
+each metric (one ``get_run``); the full history is read once, downsampled, when the
+dashboard is created for a job that already has points. Under the header line of numbers
+come the user's metrics, then throughput and devices, then (collapsed) goodput and cost:
+:mod:`.layout` decides what goes where. When the job ends the poller slows down but keeps
+following it (a resume from anywhere shows here), and the cell gets a static summary
+(:mod:`.summary`) that outlives the kernel.
 """
 
 from __future__ import annotations
 
-import functools
 import html
-import json
-import math
 import threading
-from typing import Any
+import uuid
 
 import ipywidgets as widgets
 
-from ..telemetry.cost import BUDGET_WARN_FRACTION, money
-from ..telemetry.goodput import CATEGORY_CODES, TIMELINE_TAG
-from ..tracking import TAG
-from .model import DEFAULT_ROLLOVER, DashboardModel, RunSource, Snapshot
+from ..server.links import proxied_run_url
+from . import layout
+from .header import header_html, nodes_html
+from .model import DEFAULT_ROLLOVER, DashboardModel, RunSource, Snapshot, history_keys
+from .plots import PlotGrid
+from .summary import summary_html
+from .timeline import timeline_html
 
 __all__ = ["JobDashboard", "timeline_html"]
 
-_STATE_COLOURS = {
-    "PENDING": "#8a6d00",
-    "RUNNING": "#1a7f37",
-    "RESTARTING": "#bc4c00",
-    "SUCCEEDED": "#0969da",
-    "FAILED": "#cf222e",
-    "STOPPED": "#57606a",
-}
-#: ``train/*`` series worth a plot; the others are shown as numbers in the header.
-_PLOTTED_TRAIN = {
-    "goodput/ettr",
-    "train/samples_per_s",
-    "train/tokens_per_s",
-    "train/mfu",
-    "train/step_time_s",
-}
-#: Above this many GPUs the node table shows the cluster min / mean / max, not every GPU.
-MAX_GPU_ROWS = 16
-#: Goodput timeline colours: goodput green, each badput category a distinct muted colour.
-_CATEGORY_COLOURS = {
-    "goodput": "#2da44e",
-    "startup": "#8c959f",
-    "data_loading": "#d4a72c",
-    "checkpoint_save": "#6e9fc9",
-    "checkpoint_restore": "#9a87c9",
-    "wasted_progress": "#e0976b",
-    "infrastructure_recovery": "#a86b6b",
-    "preemption": "#c98fb0",
-    "other": "#c9ced3",
-}
-_FAILURE_COLOUR = "#cf222e"
-
-
-def _plotted(key: str) -> bool:
-    if key.startswith(("train/", "checkpoint/", "energy/", "goodput/", "badput/", "faults/")):
-        return key in _PLOTTED_TRAIN
-    return True
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f} %"
-
-
-def _fmt_ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{1000 * value:.1f} ms"
-
-
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def _fmt_number(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    return f"{text} {unit}".strip()
-
-
-@functools.cache
-def _plot_class():
-    """A ``jupyter_bokeh.BokehModel`` whose ``close()`` may be called twice.
-
-    jupyter_bokeh 4.1's ``close()`` raises KeyError the second time, and ipywidgets
-    calls ``close()`` again from ``__del__`` after the dashboard closed it.
-    """
-    from jupyter_bokeh import BokehModel
-
-    class Plot(BokehModel):
-        def close(self) -> None:
-            if not getattr(self, "_trainfactory_closed", False):
-                self._trainfactory_closed = True
-                super().close()
-
-    return Plot
+_SYSTEM_ORDER = {"throughput": 0, "utilization": 1, "memory": 2, layout.STEP_SPLIT[0]: 3}
+_TIME_AXIS, _STEP_AXIS = "elapsed (s)", "step"
 
 
 class JobDashboard(widgets.VBox):
-    """Live view of one job: state, elapsed time, step, samples/s, a plot per metric,
-    utilization per node, last checkpoint and the link to the MLflow run.
+    """Live view of one job: the header line of numbers (state, step, throughput, MFU,
+    checkpoint, goodput, cost), a plot per user metric, throughput, utilization and memory
+    per device, the step time split, the node table and the link to the MLflow run.
 
     Parameters
     ----------
@@ -115,11 +43,15 @@ class JobDashboard(widgets.VBox):
     source : RunSource, optional
         Where to read from instead of ``job`` (tests, or a run without a job).
     interval_s : float
-        Seconds between polls.
+        Seconds between polls while the job runs.
+    follow_interval_s : float
+        Seconds between polls once it ended (a resume shows within this time).
     rollover : int
-        Points kept per plot.
+        Points kept per plot line.
     start : bool
         Start the background poller now (``poll_once`` drives it by hand otherwise).
+    history : bool
+        Read the run's history on creation (``%train attach`` of a running or ended job).
     """
 
     def __init__(
@@ -130,51 +62,146 @@ class JobDashboard(widgets.VBox):
         rollover: int = DEFAULT_ROLLOVER,
         start: bool = True,
         history: bool = True,
+        follow_interval_s: float = 10.0,
     ):
         if source is None:
             source = RunSource(job.tracking_uri, job.run_id, manager=job.manager)
         self.source = source
         self.model = DashboardModel(rollover=rollover)
         self.interval_s = interval_s
+        self.follow_interval_s = follow_interval_s
+        self.uid = uuid.uuid4().hex[:10]
         self._header = widgets.HTML()
         self._nodes = widgets.HTML()
         self._footer = widgets.HTML()
-        self._plots = widgets.GridBox(
-            layout=widgets.Layout(grid_template_columns="repeat(auto-fill, minmax(320px, 1fr))")
+        self._user = PlotGrid(rollover)
+        self._system = PlotGrid(rollover, rank=lambda plot_id: _SYSTEM_ORDER.get(plot_id, 9))
+        self._cost = PlotGrid(rollover)
+        self._cost_box = widgets.Accordion(
+            children=[self._cost.box], titles=(layout.SECTION_TITLES["cost"],)
         )
-        self._figures: dict[str, tuple[object, object]] = {}  # key -> (BokehModel, CDS)
+        self._cost_box.selected_index = None
+        self._cost_box.layout.display = "none"  # until there is a goodput or cost series
+        self._split_after: int | None = None
+        self._t0: float | None = None
+        self._lock = threading.RLock()
+        self._ended = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        super().__init__([self._header, self._plots, self._nodes, self._footer])
+        self._summary = None  # the DisplayHandle of the static summary's output
+        self._summary_for: tuple | None = None
+        super().__init__(
+            [
+                self._header,
+                self._user.box,
+                self._system.box,
+                self._cost_box,
+                self._nodes,
+                self._footer,
+            ]
+        )
         if history:
             self._load_history()
         if start:
             self.start()
 
+    def __repr__(self) -> str:  # the text/plain of a saved notebook without its kernel
+        job = self.model.info.job_id if self.model.info else self.source.run_id
+        return f"<live dashboard of job {job}: shown by its kernel; a summary is kept below>"
+
+    # -- display ----------------------------------------------------------------
+    def _ipython_display_(self) -> None:
+        """Show the widget, then a second output for the static summary (empty and hidden
+        while the job runs; filled when it ends)."""
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+        self._summary = display(self._summary_bundle(None), raw=True, display_id=True)
+        self._summary_for = None
+        if self.model.finished:
+            self._publish_summary()
+
+    def _summary_bundle(self, summary: str | None) -> dict[str, str]:
+        css = f"trainfactory-summary-{self.uid}"
+        if summary is None:
+            return {"text/html": f'<div class="{css}"></div>', "text/plain": ""}
+        job = self.model.info.job_id if self.model.info else ""
+        return {"text/html": summary, "text/plain": f"job {job}: {self.model.info.state}"}
+
+    def _live_css(self) -> str:
+        """A marker and the style that hides this dashboard's summary output while the
+        widget shows (after a reload or in an export, no widget: the summary shows)."""
+        mark = f"trainfactory-live-{self.uid}"
+        return (
+            f'<span class="{mark}"></span><style>.jp-OutputArea-child:has(.{mark})'
+            f" ~ .jp-OutputArea-child:has(.trainfactory-summary-{self.uid}){{display:none}}</style>"
+        )
+
+    def _publish_summary(self) -> None:
+        info = self.model.info
+        key = (info.state, info.step, info.resumes) if info is not None else None
+        if self._summary is None or key == self._summary_for:
+            return
+        self._summary_for = key
+        curves = [
+            (k, _STEP_AXIS, list(v))
+            for k, v in self.model.series.items()
+            if layout.is_user_metric(k)
+        ]
+        rate = layout.throughput_key(self.model.series)
+        if rate:
+            curves.append((rate, _STEP_AXIS, list(self.model.series[rate])))
+        html_text = summary_html(
+            f"trainfactory-summary-{self.uid}",
+            info.job_id,
+            header_html(self.model, self._run_link()),
+            curves,
+        )
+        self._summary.update(self._summary_bundle(html_text), raw=True)
+
+    def _retract_summary(self) -> None:
+        if self._summary is not None and self._summary_for is not None:
+            self._summary_for = None
+            self._summary.update(self._summary_bundle(None), raw=True)
+
     # -- polling ----------------------------------------------------------------
     def _load_history(self) -> None:
         snap = self.source.snapshot()
-        keys = [p.key for p in snap.points if not p.key.startswith("system/")]
-        if keys:
-            self.model.load_history(self.source.history(keys, self.model.rollover))
-            for key in self.model.series:
-                self._plot(key, list(self.model.series[key]))
-        self._apply(snap)
+        keys = history_keys(snap)
+        with self._lock:
+            self.model.info = snap.info
+            if keys:
+                self.model.load_history(self.source.history(keys, self.model.rollover))
+                self._render_plots(
+                    {
+                        **{k: list(v) for k, v in self.model.series.items()},
+                        **{k: list(v) for k, v in self.model.timeseries.items()},
+                    }
+                )
+            self._apply(snap)
 
     def poll_once(self) -> bool:
-        """Read one snapshot and render it. Returns False once the job has ended."""
-        self._apply(self.source.snapshot())
+        """Read one snapshot and render it. Returns False while the job is ended."""
+        snap = self.source.snapshot()
+        with self._lock:
+            self._apply(snap)
         return not self.model.finished
 
     def _apply(self, snap: Snapshot) -> None:
         new = self.model.update(snap)
         with self.hold_sync():
-            for key, points in new.items():
-                self._plot(key, points)
+            self._render_plots(new)
             self._render_text()
+        if self.model.finished:
+            self._ended.set()
+            self._publish_summary()
+        else:
+            self._ended.clear()
+            self._retract_summary()
 
     def start(self) -> None:
-        """Start the background poller (idempotent). It stops by itself when the job ends."""
+        """Start the background poller (idempotent). It polls every ``interval_s`` while the
+        job runs and every ``follow_interval_s`` once it ended, until :meth:`stop`."""
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(
@@ -186,14 +213,19 @@ class JobDashboard(widgets.VBox):
     def polling(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def ended(self) -> bool:
+        """Whether the job is in a terminal state as last seen (a resume clears it)."""
+        return self._ended.is_set()
+
     def _run(self) -> None:
         delay = self.interval_s
         while not self._stop.wait(delay):
             try:
-                if not self.poll_once():
-                    return
-                delay = self.interval_s
-                self._footer.value = ""
+                running = self.poll_once()
+                delay = self.interval_s if running else self.follow_interval_s
+                if self._footer.value:
+                    self._footer.value = ""
             except Exception as exc:  # tracking server briefly away: say so, back off
                 delay = min(delay * 2, 30.0)
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -209,425 +241,79 @@ class JobDashboard(widgets.VBox):
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the dashboard has seen the job end (scripts and tests); returns
+        whether it has."""
+        return self._ended.wait(timeout)
+
     def close(self) -> None:
         self.stop()
-        for bokeh_model, _ in self._figures.values():
-            bokeh_model.close()
-        self._figures.clear()
-        for child in (self._header, self._nodes, self._footer, self._plots):
+        for grid in (self._user, self._system, self._cost):
+            grid.close()
+        for child in (self._header, self._nodes, self._footer, self._cost_box):
             child.close()
         super().close()
 
+    def plot_ids(self) -> dict[str, list[str]]:
+        """The plots shown, per section in display order: ``user`` (metric keys),
+        ``system`` (``throughput``, ``utilization``, ``memory``, ``step_split``) and
+        ``cost`` (metric keys, in the collapsed section)."""
+        return {"user": self._user.ids, "system": self._system.ids, "cost": self._cost.ids}
+
+    def source_of(self, plot_id: str, line: str = "") -> object:
+        """The bokeh ``ColumnDataSource`` of one line of a plot (columns ``x`` and ``y``;
+        KeyError when there is no such plot or line)."""
+        for grid in (self._user, self._system, self._cost):
+            if plot_id in grid:
+                return grid.sources[plot_id][line]
+        raise KeyError(plot_id)
+
     # -- rendering --------------------------------------------------------------
-    def _plot(self, key: str, points: list[tuple[int, float]]) -> None:
-        if not _plotted(key) or not points:
-            return
-        if key not in self._figures:
-            from bokeh.models import ColumnDataSource
-            from bokeh.plotting import figure
+    def _elapsed(self, at: float) -> float:
+        if self._t0 is None:
+            started = self.model.info.started if self.model.info else None
+            self._t0 = started if started is not None else at
+        return round(at - self._t0, 1)
 
-            cds = ColumnDataSource({"step": [], "value": []})
-            fig = figure(
-                title=key,
-                height=200,
-                sizing_mode="stretch_width",
-                x_axis_label="step",
-                tools="pan,wheel_zoom,box_zoom,reset,hover",
-                tooltips=[("step", "@step"), (key, "@value")],
+    def _render_plots(self, new: dict[str, list[tuple[float, float]]]) -> None:
+        """Route each series' new points to its section's plot (see :mod:`.layout`)."""
+        rate = layout.throughput_key(self.model.series)
+        for key, points in new.items():
+            if key in self.model.timeseries:
+                device = layout.device_series(key, self.model.has_gpus)
+                if device is not None:
+                    plot_id, label, scale = device
+                    _, title, unit = next(p for p in layout.DEVICE_PLOTS if p[0] == plot_id)
+                    xy = [(self._elapsed(t), v * scale) for t, v in points]
+                    self._system.line(plot_id, xy, title, _TIME_AXIS, unit, line=label)
+            elif layout.is_user_metric(key):
+                self._user.line(key, points, key, _STEP_AXIS)
+            elif key == rate:
+                unit = rate.removeprefix("train/").replace("_per_s", "/s")
+                self._system.line("throughput", points, f"throughput ({unit})", _STEP_AXIS)
+            elif (title := layout.cost_plot(key)) is not None:
+                self._cost.line(key, points, title, _STEP_AXIS)
+                self._cost_box.layout.display = None
+        rows = self.model.step_split(after=self._split_after)
+        if rows:
+            plot_id, title = layout.STEP_SPLIT
+            self._system.stacked(
+                plot_id, rows, ("compute", "data wait", "allreduce"), title, _STEP_AXIS
             )
-            fig.line("step", "value", source=cds, line_width=2)
-            fig.scatter("step", "value", source=cds, size=4)
-            fig.toolbar.logo = None
-            view = _plot_class()(fig)
-            self._figures[key] = (view, cds)
-            self._plots.children = (*self._plots.children, view)
-        _, cds = self._figures[key]
-        cds.stream(
-            {"step": [p[0] for p in points], "value": [p[1] for p in points]},
-            rollover=self.model.rollover,
-        )
+            self._split_after = rows[-1][0]
 
-    def _render_text(self) -> None:
+    def _run_link(self) -> str | None:
         info = self.model.info
         if info is None:
+            return None
+        uri = getattr(self.source, "tracking_uri", "")
+        return proxied_run_url(uri, info.experiment_id, info.run_id)
+
+    def _render_text(self) -> None:
+        text = header_html(self.model, self._run_link())
+        if not text:
             return
-        colour = _STATE_COLOURS.get(info.state, "#57606a")
-        ckpt = "-"
-        if info.checkpoint_step is not None:
-            ckpt = f"step {info.checkpoint_step}"
-            if self.model.latest.get("checkpoint/step") is not None and info.checkpoint_path:
-                ckpt += f" · <code>{html.escape(info.checkpoint_path)}</code>"
-        link = (
-            f'<a href="{html.escape(info.run_url)}" target="_blank">MLflow run</a>'
-            if info.run_url
-            else html.escape(info.run_id)
+        self._header.value = (
+            f'<div style="font-family:var(--jp-ui-font-family)">{text}{self._live_css()}</div>'
         )
-        detail = info.error or (info.reason if info.state in ("PENDING", "RESTARTING") else "")
-        cells = [
-            f'<b style="color:white;background:{colour};padding:2px 8px;border-radius:4px">'
-            f"{info.state}</b>",
-            f"<b>{html.escape(info.job_id)}</b> {html.escape(info.name)}",
-            f"elapsed {_fmt_duration(self.model.elapsed_s())}",
-            f"step {'-' if info.step is None else info.step}",
-            f"checkpoint {ckpt}",
-            link,
-        ]
-        text = " &nbsp;|&nbsp; ".join(cells)
-        perf = self._performance_cells()
-        if perf:
-            text += "<div>" + " &nbsp;|&nbsp; ".join(perf) + "</div>"
-        text += self._timeline_html()
-        for warning in self._warnings():
-            text += f'<div style="color:#bc4c00">&#9888; {warning}</div>'
-        if detail:
-            text += f'<div style="color:{colour}"><code>{html.escape(detail)}</code></div>'
-        text += _failure_html(info)
-        self._header.value = f'<div style="font-family:var(--jp-ui-font-family)">{text}</div>'
-        self._nodes.value = self._nodes_html()
-
-    def _performance_cells(self) -> list[str]:
-        """Throughput, MFU, step time and its split, checkpoint I/O, energy (what is known)."""
-        v = self.model.latest.get
-        cells = []
-        rates = []
-        if v("train/samples_per_s") is not None:
-            rates.append(_fmt_number(v("train/samples_per_s"), "samples/s"))
-        if v("train/tokens_per_s") is not None:
-            rates.append(_fmt_number(v("train/tokens_per_s"), "tokens/s"))
-            if v("train/tokens_per_s_per_gpu") is not None:
-                rates.append(_fmt_number(v("train/tokens_per_s_per_gpu"), "tokens/s per GPU"))
-            elif v("train/tokens_per_s_per_worker") is not None:
-                per_worker = _fmt_number(v("train/tokens_per_s_per_worker"), "tokens/s per worker")
-                rates.append(per_worker)
-        if rates:
-            cells.append("<b>throughput</b> " + " · ".join(rates))
-        if v("train/mfu") is not None:
-            cells.append(f"<b>MFU</b> {_pct(v('train/mfu'))}")
-        elif v("train/tokens_per_s") is not None:
-            note = self.model.tags.get("trainfactory.mfu_note") or "MFU unavailable"
-            cells.append(f'<b>MFU</b> <span title="{html.escape(note)}">unavailable</span>')
-        if v("train/step_time_p50_s") is not None:
-            text = (
-                f"<b>step</b> p50 {_fmt_ms(v('train/step_time_p50_s'))}"
-                f" · p95 {_fmt_ms(v('train/step_time_p95_s'))}"
-            )
-            if v("train/step_time_s") is not None:
-                text += f" · mean of the last second {_fmt_ms(v('train/step_time_s'))}"
-            cells.append(text)
-        split = []
-        if v("train/data_wait_fraction") is not None:
-            split.append(f"data wait {_pct(v('train/data_wait_fraction'))}")
-        if v("train/comm_fraction") is not None:
-            per_step = f"{_fmt_ms(v('train/comm_s'))}/step, " if v("train/comm_s") else ""
-            split.append(
-                f"allreduce {_pct(v('train/comm_fraction'))} ({per_step}may overlap compute)"
-            )
-        if split:
-            cells.append("<b>wall time</b> " + " · ".join(split))
-        if v("checkpoint/save_s") is not None:
-            save = f"<b>checkpoint save</b> {v('checkpoint/save_s'):.3g} s"
-            if v("checkpoint/mb_per_s") is not None:
-                save += f" · {_fmt_number(v('checkpoint/mb_per_s'), 'MB/s')}"
-                save += f" · {_fmt_number(v('checkpoint/bytes') / 1e6, 'MB')}"
-            cells.append(save)
-        if v("goodput/ettr") is not None:
-            badput = sorted(
-                (
-                    (k.removeprefix("badput/").removesuffix("_s").replace("_", " "), x)
-                    for k, x in self.model.latest.items()
-                    if k.startswith("badput/") and x >= 0.5
-                ),
-                key=lambda kv: -kv[1],
-            )[:3]
-            text = f"<b>goodput</b> ETTR {_pct(v('goodput/ettr'))}"
-            if badput:
-                text += " (badput: " + ", ".join(f"{k} {x:.0f} s" for k, x in badput) + ")"
-            cells.append(text)
-        if v("faults/count"):
-            text = f"<b>failures</b> {v('faults/count'):.0f}"
-            if v("faults/mttr_s") is not None:
-                text += f" (MTTR {v('faults/mttr_s'):.1f} s)"
-            if v("faults/restarts"):
-                text += (
-                    f" · {v('faults/restarts'):.0f} restart(s), last from step"
-                    f" {v('faults/restore_step'):.0f}"
-                )
-            cells.append(text)
-        if v("energy/gpu_kwh") is not None:
-            cells.append(f"<b>GPU energy</b> {v('energy/gpu_kwh'):.3g} kWh")
-        if v("cost/usd") is not None:
-            cells.append(self._cost_cell())
-        return cells
-
-    def _cost_cell(self) -> str:
-        """Cost so far, burn rate and the wasted part, in the catalog's currency."""
-        v, tags = self.model.latest.get, self.model.tags
-        cur = html.escape(tags.get("trainfactory.cost.currency", "USD"))
-        catalog = html.escape(tags.get("trainfactory.cost.catalog", ""))
-        text = (
-            f'<b title="price catalog: {catalog}">cost</b> {money(v("cost/usd"))} {cur}'
-            f" · {money(v('cost/rate_per_h') or 0)} {cur}/h"
-        )
-        if v("cost/wasted_usd"):
-            text += f" · wasted {money(v('cost/wasted_usd'))} {cur}"
-        if tags.get("trainfactory.cost.budget"):
-            text += f" of a {html.escape(tags['trainfactory.cost.budget'])} {cur} budget"
-        target = tags.get("trainfactory.target_steps")
-        if target and v("cost/projected_usd") is not None:
-            text += f" · {money(v('cost/projected_usd'))} {cur} by step {html.escape(target)}"
-        if "example" in catalog:
-            text += " (example prices)"
-        return text
-
-    def _timeline_html(self) -> str:
-        """The goodput timeline of the run's ``TIMELINE_TAG`` ("" when absent or not valid)."""
-        tag = self.model.tags.get(TIMELINE_TAG)
-        if not tag:
-            return ""
-        try:
-            bar = timeline_html(json.loads(tag))
-        except (ValueError, RecursionError):
-            return ""
-        resumes = self.model.tags.get(TAG.RESUMES)
-        if bar and resumes:  # the ETTR above counts every submission; the bar the latest
-            bar += (
-                f'<div style="font-size:11px;color:#57606a">timeline of the latest submission'
-                f" (resume {html.escape(resumes)}); the goodput figures above count all</div>"
-            )
-        return bar
-
-    def _warnings(self) -> list[str]:
-        tags = self.model.tags
-        out = []
-        count = tags.get("trainfactory.nonfinite.count")
-        if count:
-            out.append(
-                f"{html.escape(count)} non-finite value(s) (NaN or inf), first"
-                f" <code>{html.escape(tags.get('trainfactory.nonfinite.first_key', '?'))}</code>"
-                f" at step {html.escape(tags.get('trainfactory.nonfinite.first_step', '?'))};"
-                " not written to MLflow"
-            )
-        info = self.model.info
-        if info is not None and info.stall and not self.model.finished:
-            out.append(f"<b>stalled</b>: {html.escape(info.stall)}")
-        elif (
-            info is not None
-            and info.stall_suggested_s
-            and not self.model.finished
-            and tags.get(TAG.STALL_TIMEOUT) == "off"
-        ):
-            out.append(
-                "no stall detection; from the step times seen,"
-                f" <code>--stall-timeout {info.stall_suggested_s:.0f}</code> would suit this job"
-            )
-        share = self.model.latest.get("cost/budget_fraction")
-        if share is not None and share >= BUDGET_WARN_FRACTION and not self.model.finished:
-            out.append(f"<b>budget</b>: {100 * share:.0f} % spent; the job stops before passing it")
-        outage = tags.get("trainfactory.tracking.last_outage")
-        if outage and self.model.info is not None and not self.model.finished:
-            out.append(html.escape(outage))
-        return out
-
-    def _gpu_totals(self) -> dict[tuple[str, str], float]:
-        """``(node, label) -> memory total (MB)`` from the samplers' device lists (tags)."""
-        totals = {}
-        for key, value in self.model.tags.items():
-            if key.startswith("trainfactory.gpus."):
-                node = key.removeprefix("trainfactory.gpus.")
-                try:
-                    for device in json.loads(value):
-                        if device.get("memory_total_mb"):
-                            totals[(node, device["label"])] = device["memory_total_mb"]
-                except (ValueError, TypeError, KeyError):
-                    continue
-        return totals
-
-    def _placement(self) -> dict[str, Any]:
-        """The job's placement tag (strategy, nodes -> ranks), {} before every rank is placed."""
-        try:
-            placement = json.loads(self.model.tags.get(TAG.PLACEMENT) or "{}")
-        except ValueError:
-            return {}
-        return placement if isinstance(placement, dict) else {}
-
-    def _nodes_html(self) -> str:
-        nodes = self.model.nodes
-        placement = self._placement()
-        by_node = placement.get("nodes") or {}
-        caption = ""
-        if by_node:
-            n = len(by_node)
-            caption = (
-                f"<caption style='text-align:left'>placement {html.escape(placement.get('strategy', ''))}:"
-                f" {sum(len(r) for r in by_node.values())} workers on {n} node{'s' if n != 1 else ''}"
-            )
-            warning = self.model.tags.get(TAG.PLACEMENT_WARNING)
-            if warning:
-                caption += f" &mdash; <b>warning</b>: {html.escape(warning)}"
-            caption += "</caption>"
-        if not nodes:
-            return ""
-        gpus = {
-            (node, key.split("/")[0])
-            for node, values in nodes.items()
-            for key in values
-            if key.startswith("gpu") and "/" in key
-        }
-        rows = []
-        for node, values in sorted(nodes.items()):
-            mem = values.get("memory_used_mb")
-            ranks = ", ".join(map(str, by_node.get(node, []))) or "-"
-            rows.append(
-                f"<tr><td>{html.escape(node)}</td><td>{ranks}</td><td>CPU</td>"
-                f"<td>{values.get('cpu_utilization', float('nan')):.0f} %</td>"
-                f"<td>{'-' if mem is None else f'{mem / 1024:.1f} GiB'}</td><td></td><td></td></tr>"
-            )
-        if len(gpus) <= MAX_GPU_ROWS:
-            totals = self._gpu_totals()
-            for node, label in sorted(gpus):
-                g = {
-                    k.split("/", 1)[1]: x
-                    for k, x in nodes[node].items()
-                    if k.startswith(label + "/")
-                }
-                rows.append(
-                    f"<tr><td>{html.escape(node)}</td><td></td><td>{html.escape(label)}</td>"
-                    f"<td>{_num(g.get('utilization'), '%')}</td>"
-                    f"<td>{_mem(g.get('memory_used_mb'), totals.get((node, label)))}</td>"
-                    f"<td>{_num(g.get('power_w'), 'W')}</td>"
-                    f"<td>{_num(g.get('temperature_c'), '&deg;C')}</td></tr>"
-                )
-        else:
-            c = self.model.cluster
-            for metric, unit in (("utilization", "%"), ("power_w", "W"), ("memory_used_mb", "MB")):
-                stats = [c.get(f"gpu_{metric}_{s}") for s in ("min", "mean", "max")]
-                rows.append(
-                    f"<tr><td>cluster ({len(gpus)} GPUs)</td><td></td><td>{metric} min / mean / max</td>"
-                    f"<td colspan=4>{' / '.join(_num(x, unit) for x in stats)}</td></tr>"
-                )
-        return (
-            f"<table>{caption}<tr><th>node</th><th>ranks</th><th>device</th><th>utilization</th>"
-            "<th>memory used</th><th>power</th><th>temperature</th></tr>"
-            + "".join(rows)
-            + "</table>"
-        )
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until the poller stops (the job ended), for scripts and tests."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-
-def _failure_html(info) -> str:
-    """The last worker failure's root cause: rank, node, error and traceback tail."""
-    lines = info.failure_lines()
-    if not lines:
-        return ""
-    tail = "\n".join(line.removeprefix("  ") for line in lines[1:])
-    body = f"<pre style='font-size:11px;margin:2px 0'>{html.escape(tail)}</pre>" if tail else ""
-    return (
-        "<details style='color:#cf222e'><summary><b>last failure</b>: "
-        f"{html.escape(lines[0])}</summary>{body}</details>"
-    )
-
-
-def _num(value: float | None, unit: str) -> str:
-    return "n/a" if value is None else f"{value:,.0f} {unit}"
-
-
-def _mem(used: float | None, total: float | None) -> str:
-    if used is None:
-        return "n/a"
-    text = f"{used / 1024:.1f}"
-    return text + (f" / {total / 1024:.0f} GiB" if total else " GiB")
-
-
-def _parse_timeline(timeline) -> tuple[float, list[tuple], list[tuple]] | None:
-    """``(wall_s, [(start, end, code)], [(time, kind)])`` of a ``Goodput.timeline()`` dict,
-    or None when it is not one (a finite positive ``wall_s`` and at least one segment)."""
-    try:
-        wall = float(timeline["wall_s"])
-        segments = [(float(a), float(b), str(code)) for a, b, code in timeline["segments"]]
-        failures = [(float(t), str(kind)) for t, kind in timeline.get("failures", [])]
-    except (TypeError, ValueError, KeyError, AttributeError):
-        return None
-    if not (math.isfinite(wall) and wall > 0 and segments):
-        return None
-    return wall, segments, failures
-
-
-def _share(seconds: float, wall: float) -> str:
-    """``seconds`` as a percentage of ``wall`` for a CSS length, clipped to 0-100."""
-    return f"{min(100.0, max(0.0, 100 * seconds / wall)):.2f}%"
-
-
-def _swatch(colour: str) -> str:
-    return (
-        f'<span style="display:inline-block;width:9px;height:9px;background:{colour};'
-        'margin-right:3px"></span>'
-    )
-
-
-def timeline_html(timeline: dict) -> str:
-    """A stacked bar of where a job's wall time went, failures marked, and its legend.
-
-    Parameters
-    ----------
-    timeline : dict
-        ``Goodput.timeline()`` (the ``trainfactory.goodput.timeline`` run tag, parsed):
-        segments ``[start, end, code]`` and failures ``[time, kind]`` in s since ``t0``.
-
-    Returns
-    -------
-    str
-        Inline HTML: one bar whose segments are placed and sized in percent of ``wall_s``,
-        coloured by category, each titled ``"category: N s (from M:SS to M:SS)"``; a red
-        mark titled ``"failure at M:SS (kind)"`` per failure; under it, each category's
-        seconds and share of the wall time as drawn (merged segments make these
-        approximate; the exact totals are the ``badput/*`` metrics). "" when ``timeline``
-        is not such a dict.
-    """
-    parsed = _parse_timeline(timeline)
-    if parsed is None:
-        return ""
-    wall, segments, failures = parsed
-    names = {code: name for name, code in CATEGORY_CODES.items()}
-    parts = []
-    totals: dict[str, float] = {}
-    for start, end, code in segments:
-        name = names.get(code, code)
-        totals[name] = totals.get(name, 0.0) + end - start
-        title = (
-            f"{name.replace('_', ' ')}: {_fmt_number(end - start, 's')}"
-            f" (from {_fmt_duration(start)} to {_fmt_duration(end)})"
-        )
-        parts.append(
-            f'<div title="{html.escape(title)}" style="position:absolute;top:0;bottom:0;'
-            f"left:{_share(start, wall)};width:{_share(end - start, wall)};"
-            f'background:{_CATEGORY_COLOURS.get(name, "#57606a")}"></div>'
-        )
-    for at, kind in failures:
-        title = f"failure at {_fmt_duration(at)} ({kind})"
-        parts.append(
-            f'<div title="{html.escape(title)}" style="position:absolute;top:-3px;bottom:-3px;'
-            f'left:{_share(at, wall)};width:2px;margin-left:-1px;background:{_FAILURE_COLOUR}">'
-            "</div>"
-        )
-    order = [*CATEGORY_CODES, *sorted(set(totals) - set(CATEGORY_CODES))]
-    legend = [
-        f"{_swatch(_CATEGORY_COLOURS.get(name, '#57606a'))}{html.escape(name.replace('_', ' '))}"
-        f" {_fmt_number(totals[name], 's')} ({_pct(totals[name] / wall)})"
-        for name in order
-        if name in totals
-    ]
-    if failures:
-        legend.append(f"{_swatch(_FAILURE_COLOUR)}failures {len(failures)}")
-    return (
-        '<div style="margin:6px 0">'
-        '<div style="position:relative;height:14px;background:#eaeef2;border-radius:2px">'
-        + "".join(parts)
-        + '</div><div style="font-size:smaller;margin-top:4px">'
-        + f"<b>goodput timeline</b> {_fmt_duration(wall)} &nbsp; "
-        + " &nbsp; ".join(legend)
-        + "</div></div>"
-    )
+        self._nodes.value = nodes_html(self.model)

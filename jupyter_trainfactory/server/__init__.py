@@ -17,6 +17,7 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
 
     from ..cluster import resolve_address
     from .handlers import add_handlers
+    from .links import BASE_URL_ENV
     from .manager import TrainingJobsManager
 
     web_app = server_app.web_app
@@ -31,4 +32,7 @@ def _load_jupyter_server_extension(server_app: Any) -> None:
     manager.warm_up()
     web_app.settings["trainfactory_manager"] = manager
     add_handlers(web_app, base_url)
+    # kernels this server starts inherit its environment: the dashboard links through the
+    # proxy below (dashboard/links.py) and knows the page loads BokehJS (server/bokehjs.py)
+    os.environ[BASE_URL_ENV] = base_url
     server_app.log.info("jupyter_trainfactory: side panel REST at %strainfactory/", base_url)

@@ -8,6 +8,7 @@ import {
 import { ICommandPalette } from '@jupyterlab/apputils';
 
 import { labActions } from './actions';
+import { bokehPlugin } from './bokeh';
 import { serverAPI } from './api';
 import { trainfactoryIcon } from './icon';
 import { JobsModel } from './model';
@@ -46,4 +47,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, bokehPlugin];

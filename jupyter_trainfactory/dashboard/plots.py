@@ -1,0 +1,190 @@
+"""The dashboard's bokeh plots: a grid of figures, each built with its data and then streamed.
+
+A jupyter_bokeh view builds its BokehJS document from the widget's ``render_bundle``,
+which is fixed when the ``BokehModel`` is made; later changes reach a view only as patches
+to a view that already exists. So every figure is made with the points it has (history
+on attach), never empty and filled after, or the browser would show an empty frame.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+
+__all__ = ["PALETTE", "PlotGrid"]
+
+#: Line colours (Bokeh's Category10), cycled per line of a multi-line plot.
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+_STACK_COLOURS = ("#2da44e", "#d4a72c", "#6e9fc9")
+
+
+@functools.cache
+def _plot_class():
+    """A ``jupyter_bokeh.BokehModel`` whose ``close()`` may be called twice.
+
+    jupyter_bokeh 4.1's ``close()`` raises KeyError the second time, and ipywidgets
+    calls ``close()`` again from ``__del__`` after the dashboard closed it.
+    """
+    from jupyter_bokeh import BokehModel
+
+    class Plot(BokehModel):
+        def close(self) -> None:
+            if not getattr(self, "_trainfactory_closed", False):
+                self._trainfactory_closed = True
+                super().close()
+
+    return Plot
+
+
+def _figure(title: str, x_label: str, y_label: str | None, tooltips):
+    from bokeh.plotting import figure
+
+    fig = figure(
+        title=title,
+        height=210,
+        sizing_mode="stretch_width",
+        x_axis_label=x_label,
+        y_axis_label=y_label,
+        tools="pan,wheel_zoom,box_zoom,reset,hover",
+        tooltips=tooltips,
+    )
+    fig.toolbar.logo = None
+    fig.title.text_font_size = "12px"
+    return fig
+
+
+class PlotGrid:
+    """One section's plots, ordered by ``rank(plot_id)``, then by when they got points.
+
+    ``box`` is the ipywidgets ``GridBox`` to show. ``sources[plot_id][line]`` is the
+    ``ColumnDataSource`` of each line (columns ``x``, ``y``; a stacked plot has one
+    source, line ``""``, with a column per part).
+    """
+
+    def __init__(self, rollover: int, min_width_px: int = 320, rank=None):
+        self.rollover = rollover
+        self._rank = rank or (lambda plot_id: 0)
+        self.box = widgets.GridBox(
+            layout=widgets.Layout(
+                grid_template_columns=f"repeat(auto-fill, minmax({min_width_px}px, 1fr))"
+            )
+        )
+        self.views: dict[str, object] = {}
+        self.figures: dict[str, object] = {}
+        self.sources: dict[str, dict[str, object]] = {}
+
+    def __contains__(self, plot_id: str) -> bool:
+        return plot_id in self.views
+
+    @property
+    def ids(self) -> list[str]:
+        """The plot ids in the order they show."""
+        by_view = {id(v): p for p, v in self.views.items()}
+        return [by_view[id(v)] for v in self.box.children]
+
+    def _add(self, plot_id: str, fig) -> None:
+        view = _plot_class()(fig)
+        self.views[plot_id] = view
+        self.figures[plot_id] = fig
+        order = sorted(self.views, key=lambda p: self._rank(p))  # stable: first come first
+        self.box.children = tuple(self.views[p] for p in order)
+
+    def line(
+        self,
+        plot_id: str,
+        points: Sequence[tuple[float, float]],
+        title: str,
+        x_label: str,
+        y_label: str | None = None,
+        line: str = "",
+    ) -> None:
+        """Append ``(x, y)`` points to ``line`` of plot ``plot_id`` (made on first points).
+
+        A plot with a ``line`` name gets a legend entry per line (one per device)."""
+        if not points:
+            return
+        from bokeh.models import ColumnDataSource
+
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        lines = self.sources.get(plot_id)
+        if lines is not None and line in lines:
+            lines[line].stream({"x": xs, "y": ys}, rollover=self.rollover)
+            return
+        cds = ColumnDataSource({"x": xs, "y": ys}, name=line or title)
+        fresh = plot_id not in self.views
+        fig = (
+            _figure(title, x_label, y_label, [(x_label, "@x{0,0.[0]}"), (line or title, "@y")])
+            if fresh
+            else self.figures[plot_id]
+        )
+        colour = PALETTE[len(self.sources.get(plot_id, {})) % len(PALETTE)]
+        extra = {"legend_label": line} if line else {}
+        fig.line("x", "y", source=cds, line_width=2, color=colour, **extra)
+        if not line:
+            fig.scatter("x", "y", source=cds, size=4, color=colour)
+        if line:
+            fig.legend.location = "top_left"
+            fig.legend.label_text_font_size = "10px"
+            fig.legend.click_policy = "hide"
+            fig.legend.background_fill_alpha = 0.6
+        self.sources.setdefault(plot_id, {})[line] = cds
+        if fresh:
+            self._add(plot_id, fig)
+
+    def stacked(
+        self,
+        plot_id: str,
+        rows: Sequence[Sequence[float]],
+        parts: Sequence[str],
+        title: str,
+        x_label: str,
+    ) -> None:
+        """Append rows ``(x, part_0, part_1, ...)`` to a stacked-area plot of ``parts``."""
+        if not rows:
+            return
+        data = {"x": [r[0] for r in rows]}
+        for i, name in enumerate(parts):
+            data[name] = [r[i + 1] for r in rows]
+        if plot_id in self.views:
+            self.sources[plot_id][""].stream(data, rollover=self.rollover)
+            return
+        from bokeh.models import ColumnDataSource
+
+        cds = ColumnDataSource(data)
+        fig = _figure(
+            title, x_label, "s", [(x_label, "@x")] + [(n, "@{" + n + "}{0.000}") for n in parts]
+        )
+        fig.varea_stack(
+            list(parts),
+            x="x",
+            source=cds,
+            color=list(_STACK_COLOURS[: len(parts)]),
+            legend_label=list(parts),
+        )
+        fig.legend.location = "top_left"
+        fig.legend.label_text_font_size = "10px"
+        fig.legend.orientation = "horizontal"
+        fig.legend.background_fill_alpha = 0.6
+        self.sources[plot_id] = {"": cds}
+        self._add(plot_id, fig)
+
+    def close(self) -> None:
+        for view in self.views.values():
+            view.close()
+        self.views.clear()
+        self.figures.clear()
+        self.sources.clear()
+        self.box.close()
