@@ -8,10 +8,7 @@
  * version always matches the kernel's bokeh.
  */
 
-import {
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
+import { JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
@@ -25,6 +22,11 @@ declare global {
   interface Window {
     Bokeh?: { version?: string };
   }
+}
+
+/** The BokehJS version in the page, undefined when there is none. */
+function pageBokeh(): string | undefined {
+  return window.Bokeh === undefined ? undefined : (window.Bokeh.version ?? '?');
 }
 
 /** Add one classic script tag, resolved when it has run. */
@@ -47,8 +49,9 @@ export async function loadBokehJS(
   settings: ServerConnection.ISettings = ServerConnection.makeSettings(),
   doc: Document = document
 ): Promise<string | null> {
-  if (window.Bokeh !== undefined) {
-    return window.Bokeh.version ?? null;
+  const present = pageBokeh();
+  if (present !== undefined) {
+    return present;
   }
   const base = URLExt.join(settings.baseUrl, 'trainfactory', 'bokehjs');
   const response = await ServerConnection.makeRequest(base, {}, settings);
@@ -60,7 +63,7 @@ export async function loadBokehJS(
   await Promise.all(
     info.files.map(f => addScript(`${URLExt.join(base, f)}?v=${version}`, doc))
   );
-  return window.Bokeh?.version ?? info.version;
+  return pageBokeh() ?? null;
 }
 
 export const bokehPlugin: JupyterFrontEndPlugin<void> = {
@@ -68,7 +71,7 @@ export const bokehPlugin: JupyterFrontEndPlugin<void> = {
   description:
     'Loads BokehJS from the installed bokeh package, so the job dashboard draws offline.',
   autoStart: true,
-  activate: async (_app: JupyterFrontEnd) => {
+  activate: async () => {
     try {
       const version = await loadBokehJS();
       console.info(`jupyter-trainfactory: BokehJS ${version} loaded`);
