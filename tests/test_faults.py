@@ -172,3 +172,27 @@ def test_a_hung_worker_is_restarted_from_its_checkpoint_on_stall(manager, mlflow
     assert failure["rank"] == 1 and failure["cause"].startswith("no step or report for")
     loss = _history(mlflow_client, job.run_id, "loss")
     assert [p.step for p in loss] == list(range(1, 41))
+
+
+@pytest.mark.timeout(300)
+def test_a_restore_rewinds_the_report_count_of_a_loop_without_a_step_key(
+    manager, mlflow_client, tmp_path
+):
+    # checkpoints at epochs 5, 10, 15; rank 1 dies at epoch 8, after reports 6 and 7:
+    # the restore from 5 repeats them, and they are not written again under new steps
+    epochs = 15
+    job = launch(
+        train_fns.epoch_loop,
+        workers=2,
+        max_failures=1,
+        config={"epochs": epochs, "fail_epoch": 8, "marker": str(tmp_path / "failed-once")},
+        experiment="tests",
+    )
+    try:
+        assert job.wait(timeout=260) == "SUCCEEDED", job.info().error
+    finally:
+        job.stop(now=True)
+    epoch = _history(mlflow_client, job.run_id, "epoch")
+    assert [(p.step, p.value) for p in epoch] == [(e, float(e)) for e in range(1, epochs + 1)]
+    m = mlflow_client.get_run(job.run_id).data.metrics
+    assert m["faults/restarts"] == 1 and m["faults/restore_step"] == 5

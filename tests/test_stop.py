@@ -159,3 +159,48 @@ def test_a_budget_stops_the_job_gracefully_at_a_checkpoint(manager, mlflow_clien
     assert "stop requested (budget)" in logs
     assert "checkpoint saved, training ends" in logs  # a final checkpoint after the request
     assert "budget 0.4" in job.info().cost
+
+
+def _after(client, run_id, key, t):
+    return [p for p in client.get_metric_history(run_id, key) if p.timestamp / 1000 > t]
+
+
+@pytest.mark.timeout(480)
+def test_ddp_ranks_of_uneven_speed_stop_at_one_step_and_a_resume_goes_on(manager, mlflow_client):
+    import random
+
+    steps = 600
+    job = launch(
+        train_fns.uneven_ddp_loop,
+        workers=2,
+        config={"steps": steps, "every": 50, "sleep": 0.02, "slow": 0.02},  # 20 ms and 40 ms
+        experiment="tests",
+    )
+    try:
+        _running(job)
+        time.sleep(random.uniform(0.5, 3.0))  # a stop at a random moment
+        requested = time.monotonic()
+        job.stop(grace_s=300)
+        assert job.wait(timeout=120) == "STOPPED"
+        assert time.monotonic() - requested < 60  # agreed at once, not the grace
+        run = mlflow_client.get_run(job.run_id)
+        m, tags = run.data.metrics, run.data.tags
+        assert m["rank0/stopped_at"] == m["rank1/stopped_at"]  # one stop step for all ranks
+        stopped = int(m["rank0/stopped_at"])
+        assert tags[TAG.CKPT_STEP] == str(stopped) and tags[TAG.REASON] == "user"
+        resumed = time.time()
+        assert job.resume() in ("PENDING", "RUNNING")
+        assert job.wait(timeout=240) == "SUCCEEDED"
+    finally:
+        job.stop(now=True)
+    # each step once, although `loss` also went to save_checkpoint at every checkpoint
+    loss = sorted(p.step for p in mlflow_client.get_metric_history(job.run_id, "loss"))
+    assert loss == list(range(1, steps + 1))
+    # the resume's first step, then throughput, step time and system series go on
+    first = min(p.timestamp / 1000 for p in _after(mlflow_client, job.run_id, "loss", resumed))
+    for key in ("train/samples_per_s", "train/step_time_s"):
+        points = _after(mlflow_client, job.run_id, key, first)
+        assert points and min(p.step for p in points) > stopped, key
+    metrics = mlflow_client.get_run(job.run_id).data.metrics
+    system = [k for k in metrics if k.startswith("system/")]
+    assert any(_after(mlflow_client, job.run_id, k, first) for k in system[:5])

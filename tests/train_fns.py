@@ -17,6 +17,16 @@ def short_loop(config):
         ray.train.report({"loss": 1.0 / (i + 1), "samples": 8, "lr": config.get("lr", 0.1)})
 
 
+def config_loop(config):
+    """Rank 0 saves the config it got, pickled, to ``config["out"]``; reports once."""
+    import pickle
+
+    if ray.train.get_context().get_world_rank() == 0:
+        with open(config["out"], "wb") as f:
+            pickle.dump(config, f)
+    ray.train.report({"loss": 1.0, "samples": 1})
+
+
 def long_loop(config):
     """Reports forever (until stopped or killed)."""
 
@@ -235,3 +245,78 @@ def build_digits_model(checkpoint_dir):
     model = DigitsNet.build()
     model.load_state_dict(torch.load(f"{checkpoint_dir}/state.pt"))
     return model.eval()
+
+
+def uneven_ddp_loop(config):
+    """A DDP model over gloo, rank 1 ``slow`` s slower per step than rank 0; checks
+    ``trainfactory.should_stop()`` every ``check_every`` steps, then logs ``stopped_at``
+    on every rank (``rank<r>/stopped_at``), saves and returns. ``loss`` (= the step) goes
+    to ``trainfactory.log`` every step and to ``save_checkpoint`` with each checkpoint
+    (every ``every`` steps and at the end, ``steps``); resumes from the newest one."""
+    import json
+    import os
+    import tempfile
+
+    import ray.train.torch
+    import torch
+
+    import jupyter_trainfactory.train as trainfactory
+
+    torch.set_num_threads(1)
+    rank = ray.train.get_context().get_world_rank()
+    model = ray.train.torch.prepare_model(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    start = 0
+    checkpoint = trainfactory.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+            start = json.load(f)["step"]
+    for i in range(start + 1, config["steps"] + 1):
+        with trainfactory.step(samples=8):
+            time.sleep(config.get("sleep", 0.02) + (config.get("slow", 0.02) if rank else 0))
+            loss = torch.nn.functional.mse_loss(model(torch.randn(8, 8)), torch.randn(8, 1))
+            opt.zero_grad()
+            loss.backward()  # the gradient allreduce: every rank or none
+            opt.step()
+        trainfactory.log({"loss": float(i)}, step=i)
+        stop = i % config.get("check_every", 1) == 0 and trainfactory.should_stop()
+        if stop:
+            trainfactory.log({"stopped_at": i}, step=i, rank_zero_only=False)
+        if stop or i % config["every"] == 0 or i == config["steps"]:
+            with tempfile.TemporaryDirectory() as tmp:
+                directory = None
+                if rank == 0:
+                    with open(os.path.join(tmp, "state.json"), "w") as f:
+                        json.dump({"step": i}, f)
+                    directory = tmp
+                trainfactory.save_checkpoint({"step": i, "loss": float(i)}, directory)
+        if stop:
+            return
+
+
+def epoch_loop(config):
+    """Plain Ray Train: one report per epoch without a ``step`` key (``{"epoch": e}``),
+    a checkpoint every 5 epochs, resumed from ``ray.train.get_checkpoint()``; rank 1
+    exits at ``fail_epoch`` on the first attempt (a ``marker`` file says it did)."""
+    import json
+    import os
+    import tempfile
+
+    rank = ray.train.get_context().get_world_rank()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+            start = json.load(f)["epoch"]
+    for epoch in range(start + 1, config["epochs"] + 1):
+        time.sleep(0.1)
+        if rank == 1 and epoch == config["fail_epoch"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            os._exit(1)
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = None
+            if epoch % 5 == 0 and rank == 0:
+                with open(os.path.join(tmp, "state.json"), "w") as f:
+                    json.dump({"epoch": epoch}, f)
+                ckpt = ray.train.Checkpoint.from_directory(tmp)
+            ray.train.report({"epoch": float(epoch)}, checkpoint=ckpt)
