@@ -10,7 +10,11 @@ torch, so it works on any Ray worker. Outside a trainfactory job every call does
 - ``trainfactory.watch(model, layers=L, heads=H, head_dim=Q, seq_len=T)``
 - ``trainfactory.save_checkpoint(metrics, directory)`` and ``trainfactory.get_checkpoint()``:
   checkpoints with a manifest (sizes, SHA-256); the newest one that verifies is restored
-- ``trainfactory.should_stop()``: True once ``%train stop JOB`` asked the job to stop
+- ``trainfactory.should_stop()``: True once ``%train stop JOB`` asked the job to stop, at
+  the same call on every rank (call it on every rank at the same place in the loop, every
+  step or every k steps): after a stop request each rank waits at its next call (or
+  report) until the job agrees the stop point, one past the rank furthest ahead, so a
+  loop that then saves and returns cannot deadlock in a DDP collective
 """
 
 from ray_backend.session import (
