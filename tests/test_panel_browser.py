@@ -1,5 +1,9 @@
 """The side panel in a real browser: Galata/Playwright with Debian's chromium against a real
-JupyterLab server, a real job launched here, stopped from the panel."""
+JupyterLab server, a real job launched here, stopped from the panel.
+
+The browser test (labextension/ui-tests/tests/panel.spec.ts) checks the panel at the
+sidebar's default width (Job, State, Step and the actions, reachable without scrolling),
+widened (every column) and opened in the main area, and saves a screenshot of each."""
 
 import os
 import socket
@@ -86,7 +90,8 @@ def test_the_panel_shows_a_running_job_and_stops_it(services, manager, tmp_path)
 
 
 def _check_in_browser(lab, port, env, bin_dir, log):
-    """Run the Galata test against the server; it opens the panel and stops the job."""
+    """Run the Galata test against the server; it opens the panel, widens it, opens it in
+    the main area and stops the job from the sidebar at its default width."""
     _wait_http(f"http://127.0.0.1:{port}/lab", lab, 120, log)
     ui = subprocess.run(
         [str(bin_dir / "jlpm"), "playwright", "test"],
@@ -97,6 +102,8 @@ def _check_in_browser(lab, port, env, bin_dir, log):
         timeout=420,
     )
     output = (ui.stdout + ui.stderr)[-6000:]
+    print(output)  # the browser test's log (it says the sidebar's default width)
     assert ui.returncode == 0, f"the browser test failed:\n{output}"
     shots = {p.name for p in RESULTS.rglob("*.png")}
-    assert {"panel-running.png", "panel-stopped.png"} <= shots, output
+    expected = {"panel-default.png", "panel-wide.png", "panel-main.png", "panel-stopped.png"}
+    assert expected <= shots, output

@@ -78,6 +78,25 @@ export class JobsModel {
     return [...new Set(this._jobs.map(j => j.owner))].sort();
   }
 
+  /**
+   * Whether a view of this model is shown: the `isVisible` of the constructor or one
+   * registered with `addView` (the sidebar panel and one opened in the main area).
+   */
+  get anyVisible(): boolean {
+    return this.isVisible() || [...this._views].some(v => v());
+  }
+
+  /**
+   * Count a view's visibility in `anyVisible` (the poll runs while one is shown).
+   * @returns a function that removes the view again.
+   */
+  addView(isVisible: () => boolean): () => void {
+    this._views.add(isVisible);
+    return () => {
+      this._views.delete(isVisible);
+    };
+  }
+
   /** Start polling (idempotent). */
   start(): void {
     if (this._poll) {
@@ -86,7 +105,7 @@ export class JobsModel {
     this._poll = new Poll({
       factory: () => this.refresh(true),
       frequency: { interval: REFRESH_MS, backoff: true, max: MAX_BACKOFF_MS },
-      standby: () => (this.isVisible() ? 'when-hidden' : true),
+      standby: () => (this.anyVisible ? 'when-hidden' : true),
       name: 'jupyter-trainfactory:jobs'
     });
   }
@@ -161,6 +180,7 @@ export class JobsModel {
   private _allUsers = false;
   private _filter: IJobFilter = { experiment: '', owner: '', state: '' };
   private _poll: Poll | null = null;
+  private _views = new Set<() => boolean>();
 }
 
 /** A one-line message for the panel from any error. */

@@ -1,5 +1,6 @@
 /** JobsPanel: the "Training jobs" side panel, a Lumino widget rendering a JobsModel. */
 
+import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { IPanelActions } from './actions';
@@ -28,22 +29,63 @@ const STATES = [
   'FAILED',
   'STOPPED'
 ];
-const COLUMNS = [
-  'Job',
-  'State',
-  'Step',
-  'Throughput',
-  'Util.',
-  'Cost',
-  'ETTR',
-  'Checkpoint',
-  'Restarts',
-  'Owner',
-  'Experiment',
-  'Started',
-  'Elapsed',
-  ''
+
+/**
+ * The table's columns, in order. A column of `level` 0 shows at any width; the others
+ * show from the panel width that style/index.css gives their level (a container query
+ * on the panel), so the sidebar at its default width shows Job, State, Step and the
+ * actions, and a wide sidebar or the main area shows them all.
+ */
+export interface IColumn {
+  key: string;
+  label: string;
+  /** 0 (always) to MAX_LEVEL (the widest panel only). */
+  level: number;
+  title?: string;
+}
+
+export const MAX_LEVEL = 4;
+
+export const COLUMNS: IColumn[] = [
+  { key: 'job', label: 'Job', level: 0 },
+  { key: 'state', label: 'State', level: 0 },
+  { key: 'step', label: 'Step', level: 0, title: 'latest reported step' },
+  { key: 'throughput', label: 'Throughput', level: 1 },
+  {
+    key: 'util',
+    label: 'Util.',
+    level: 2,
+    title: 'mean accelerator (GPU or CPU) utilization'
+  },
+  { key: 'cost', label: 'Cost', level: 3 },
+  {
+    key: 'ettr',
+    label: 'ETTR',
+    level: 3,
+    title: 'effective training time ratio'
+  },
+  {
+    key: 'checkpoint',
+    label: 'Checkpoint',
+    level: 2,
+    title: 'step of the latest checkpoint'
+  },
+  { key: 'restarts', label: 'Restarts', level: 4 },
+  { key: 'owner', label: 'Owner', level: 4 },
+  { key: 'experiment', label: 'Experiment', level: 4 },
+  { key: 'started', label: 'Started', level: 4 },
+  { key: 'elapsed', label: 'Elapsed', level: 3 },
+  { key: 'actions', label: '', level: 0 }
 ];
+
+/** The class of a column's header and cells: its key and its level. */
+export function columnClass(key: string): string {
+  const column = COLUMNS.find(c => c.key === key);
+  if (!column) {
+    throw new Error(`No column ${key}.`);
+  }
+  return `jp-tf-col-${key} jp-tf-level-${column.level}`;
+}
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -60,10 +102,86 @@ function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
+/**
+ * The SVG of JupyterLab's stop, run, launch, copy and refresh icons (its `jp-icon3`
+ * class colours them with the theme); drawn here rather than through
+ * @jupyterlab/ui-components so that the panel loads in the unit tests.
+ */
+const GLYPHS = {
+  stop: ['0 0 24 24', ['M6 6h12v12H6z']],
+  resume: ['0 0 24 24', ['M8 5v14l11-7z']],
+  open: [
+    '0 0 32 32',
+    [
+      'M26 28H6a2.003 2.003 0 0 1-2-2V6a2.003 2.003 0 0 1 2-2h10v2H6v20h20V16h2v10a2.003 2.003 0 0 1-2 2',
+      'M20 2v2h6.586L18 12.586 19.414 14 28 5.414V12h2V2z'
+    ]
+  ],
+  copy: [
+    '0 0 18 18',
+    [
+      'M11.9 1H3.2c-.8 0-1.5.7-1.5 1.5v10.2h1.5V2.5h8.7zm2.2 2.9h-8c-.8 0-1.5.7-1.5 1.5v10.2c0 .8.7 1.5 1.5 1.5h8c.8 0 1.5-.7 1.5-1.5V5.4c-.1-.8-.7-1.5-1.5-1.5m0 11.6h-8V5.4h8z'
+    ]
+  ],
+  refresh: [
+    '0 0 18 18',
+    [
+      'M9 13.5c-2.49 0-4.5-2.01-4.5-4.5S6.51 4.5 9 4.5c1.24 0 2.36.52 3.17 1.33L10 8h5V3l-1.76 1.76A6 6 0 0 0 9 3C5.69 3 3.01 5.69 3.01 9S5.69 15 9 15a5.98 5.98 0 0 0 5.9-5h-1.52c-.46 2-2.24 3.5-4.38 3.5'
+    ]
+  ]
+} satisfies Record<string, [string, string[]]>;
+
+type Glyph = keyof typeof GLYPHS;
+
+/** A 14 px icon for a button or link. */
+function iconOf(glyph: Glyph): HTMLElement {
+  const SVG = 'http://www.w3.org/2000/svg';
+  const [viewBox, paths] = GLYPHS[glyph];
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', viewBox);
+  svg.setAttribute('width', '14');
+  svg.setAttribute('height', '14');
+  svg.setAttribute('aria-hidden', 'true');
+  for (const d of paths) {
+    const path = document.createElementNS(SVG, 'path');
+    path.setAttribute('class', 'jp-icon3');
+    path.setAttribute('fill', '#616161');
+    path.setAttribute('d', d);
+    svg.append(path);
+  }
+  const span = el('span', 'jp-tf-icon');
+  span.append(svg);
+  return span;
+}
+
+/**
+ * An action control: an icon, and a label that shows only where the panel is wide; the
+ * label is also its accessible name, the title says what it does.
+ */
+function actionControl<K extends 'button' | 'a'>(
+  tag: K,
+  action: string,
+  label: string,
+  title: string,
+  icon: Glyph
+): HTMLElementTagNameMap[K] {
+  const node = el(tag, 'jp-tf-button jp-tf-action');
+  node.dataset.action = action;
+  node.title = title;
+  node.setAttribute('aria-label', label);
+  node.append(iconOf(icon), el('span', 'jp-tf-label', label));
+  return node;
+}
+
 export class JobsPanel extends Widget {
+  /**
+   * @param model - the jobs; several panels (the sidebar's, one in the main area) can
+   *   share one model, its filter and its poll.
+   * @param actions - the dialogs, clipboard and notifications.
+   */
   constructor(
     readonly model: JobsModel,
-    private readonly actions: IPanelActions
+    readonly actions: IPanelActions
   ) {
     super();
     this.addClass('jp-tf-panel');
@@ -75,8 +193,39 @@ export class JobsPanel extends Widget {
       this._tableBox
     );
     this._tableBox.className = 'jp-tf-table-box';
+    this._removeView = model.addView(() => this.isVisible);
     model.changed.connect(this._render, this);
     this._render();
+  }
+
+  /**
+   * What the header's "open in the main area" button does; the button shows only while
+   * this is set (commands.ts sets it on the sidebar's panel).
+   */
+  get openInMain(): (() => void) | null {
+    return this._openInMain;
+  }
+
+  set openInMain(run: (() => void) | null) {
+    this._openInMain = run;
+    this._expand.hidden = !run;
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._removeView();
+    this.model.changed.disconnect(this._render, this);
+    super.dispose();
+  }
+
+  /** A closable panel (the main area's) is disposed when closed, a sidebar one stays. */
+  protected onCloseRequest(msg: Message): void {
+    super.onCloseRequest(msg);
+    if (this.title.closable) {
+      this.dispose();
+    }
   }
 
   protected onAfterShow(): void {
@@ -86,10 +235,23 @@ export class JobsPanel extends Widget {
   private _header(): HTMLElement {
     const header = el('div', 'jp-tf-header');
     const top = el('div', 'jp-tf-header-top');
-    const refresh = el('button', 'jp-tf-button', 'Refresh');
+    const refresh = el('button', 'jp-tf-button jp-tf-icon-button');
+    refresh.append(iconOf('refresh'));
     refresh.title = 'Read the jobs again now';
+    refresh.setAttribute('aria-label', 'Refresh');
+    refresh.dataset.action = 'refresh';
     refresh.onclick = () => this.model.refreshSoon();
-    top.append(el('h2', 'jp-tf-title', 'Training jobs'), refresh);
+    const expand = this._expand;
+    expand.className = 'jp-tf-button jp-tf-icon-button';
+    expand.append(iconOf('open'));
+    expand.title = 'Open Training Jobs in the main area, with every column';
+    expand.setAttribute('aria-label', 'Open in the main area');
+    expand.dataset.action = 'open-main';
+    expand.hidden = true;
+    expand.onclick = () => this._openInMain?.();
+    const tools = el('div', 'jp-tf-tools');
+    tools.append(expand, refresh);
+    top.append(el('h2', 'jp-tf-title', 'Training jobs'), tools);
     header.append(top, this._servicesLine);
     this._servicesLine.className = 'jp-tf-services';
     return header;
@@ -110,7 +272,8 @@ export class JobsPanel extends Widget {
     };
     this._experiments.id = `jp-tf-experiments-${Private.nextId()}`;
     this._owners.id = `jp-tf-owners-${Private.nextId()}`;
-    const state = el('select', 'jp-tf-filter');
+    const state = this._stateFilter;
+    state.className = 'jp-tf-filter';
     state.dataset.filter = 'state';
     state.setAttribute('aria-label', 'Filter by state');
     for (const value of ['', ...STATES]) {
@@ -122,15 +285,17 @@ export class JobsPanel extends Widget {
       this.model.filter = { ...this.model.filter, state: state.value };
     };
     const everyone = el('label', 'jp-tf-everyone');
-    const box2 = el('input');
-    box2.type = 'checkbox';
-    box2.onchange = () => {
-      this.model.allUsers = box2.checked;
+    this._everyone.type = 'checkbox';
+    this._everyone.onchange = () => {
+      this.model.allUsers = this._everyone.checked;
     };
-    everyone.append(box2, document.createTextNode(" everyone's"));
-    box.append(
+    everyone.append(this._everyone, document.createTextNode(" everyone's"));
+    this._fields = [
       input('experiment', this._experiments),
-      input('owner', this._owners),
+      input('owner', this._owners)
+    ];
+    box.append(
+      ...this._fields,
       state,
       everyone,
       this._experiments,
@@ -139,11 +304,27 @@ export class JobsPanel extends Widget {
     return box;
   }
 
+  /** Show the model's filter in the fields (another panel of the model may have set it). */
+  private _syncFilters(): void {
+    const filter = this.model.filter;
+    for (const field of this._fields) {
+      const value = filter[field.dataset.filter as 'experiment' | 'owner'];
+      if (field.value !== value && document.activeElement !== field) {
+        field.value = value;
+      }
+    }
+    if (this._stateFilter.value !== filter.state) {
+      this._stateFilter.value = filter.state;
+    }
+    this._everyone.checked = this.model.allUsers;
+  }
+
   private _render(): void {
     const model = this.model;
     this._renderServices(model.services);
     this._fillList(this._experiments, model.experiments);
     this._fillList(this._owners, model.owners);
+    this._syncFilters();
     this._message.className = 'jp-tf-message';
     this._message.textContent = '';
     if (model.error) {
@@ -227,7 +408,16 @@ export class JobsPanel extends Widget {
     }
     const table = el('table', 'jp-tf-table');
     const head = el('tr');
-    head.append(...COLUMNS.map(c => el('th', '', c)));
+    head.append(
+      ...COLUMNS.map(c => {
+        const th = el('th', columnClass(c.key), c.label);
+        th.dataset.column = c.key;
+        if (c.title) {
+          th.title = c.title;
+        }
+        return th;
+      })
+    );
     table.append(el('thead'), el('tbody'));
     table.tHead!.append(head);
     table.tBodies[0].append(...jobs.map(job => this._row(job)));
@@ -237,15 +427,13 @@ export class JobsPanel extends Widget {
   private _row(job: IJob): HTMLTableRowElement {
     const row = el('tr', 'jp-tf-row');
     row.dataset.jobId = job.id;
-    const name = el('td', 'jp-tf-job');
+    const name = this._cell('job');
     name.append(
       el('div', 'jp-tf-name', job.name || job.id),
       el('div', 'jp-tf-id', job.id)
     );
-    if (job.detail) {
-      name.title = job.detail;
-    }
-    const state = el('td');
+    name.title = job.detail || `${job.name || job.id} (${job.id})`;
+    const state = this._cell('state');
     const badge = el(
       'span',
       `jp-tf-state jp-tf-state-${job.state.toLowerCase()}`,
@@ -257,36 +445,40 @@ export class JobsPanel extends Widget {
     row.append(
       name,
       state,
-      el('td', 'jp-tf-num', formatCount(job.step)),
+      this._cell('step', formatCount(job.step)),
       this._withSpark(
+        'throughput',
         formatRate(job.throughput, job.throughput_unit),
-        history.map(p => p[1]),
-        'throughput'
+        history.map(p => p[1])
       ),
       this._withSpark(
+        'util',
         job.utilization_kind
           ? `${job.utilization_kind} ${formatPercent(job.utilization)}`
           : MISSING,
-        history.map(p => p[2]),
-        'utilization'
+        history.map(p => p[2])
       ),
-      this._cell(formatCost(job.cost_usd), job.cost),
-      this._cell(formatEttr(job.ettr), 'effective training time ratio'),
+      this._cell('cost', formatCost(job.cost_usd), job.cost),
+      this._cell('ettr', formatEttr(job.ettr), 'effective training time ratio'),
       this._cell(
+        'checkpoint',
         job.checkpoint_step === null ? MISSING : `step ${job.checkpoint_step}`
       ),
-      this._cell(String(job.restarts ?? 0)),
-      this._cell(job.owner || MISSING),
-      this._cell(job.experiment || MISSING),
-      this._cell(formatTime(job.started)),
-      this._cell(formatDuration(job.started, job.ended)),
+      this._cell('restarts', String(job.restarts ?? 0)),
+      this._cell('owner', job.owner || MISSING),
+      this._cell('experiment', job.experiment || MISSING),
+      this._cell('started', formatTime(job.started)),
+      this._cell('elapsed', formatDuration(job.started, job.ended)),
       this._actions(job)
     );
     return row;
   }
 
-  private _cell(text: string, title = ''): HTMLTableCellElement {
-    const cell = el('td', '', text);
+  private _cell(key: string, text = '', title = ''): HTMLTableCellElement {
+    const cell = el('td', columnClass(key), text);
+    if (key === 'step') {
+      cell.classList.add('jp-tf-num');
+    }
     if (title) {
       cell.title = title;
     }
@@ -294,12 +486,16 @@ export class JobsPanel extends Widget {
   }
 
   private _withSpark(
+    key: string,
     text: string,
-    values: Array<number | null>,
-    what: string
+    values: Array<number | null>
   ): HTMLTableCellElement {
-    const cell = el('td', 'jp-tf-num', text);
-    const spark = sparkline(values, `recent ${what}`);
+    const cell = this._cell(key, text);
+    cell.classList.add('jp-tf-num');
+    const spark = sparkline(
+      values,
+      `recent ${key === 'util' ? 'utilization' : key}`
+    );
     if (spark) {
       cell.append(spark);
     }
@@ -307,43 +503,50 @@ export class JobsPanel extends Widget {
   }
 
   private _actions(job: IJob): HTMLTableCellElement {
-    const cell = el('td', 'jp-tf-actions');
+    const cell = this._cell('actions');
     const button = (
       action: string,
       label: string,
       title: string,
+      icon: Glyph,
       run: () => unknown
     ) => {
-      const b = el('button', 'jp-tf-button', label);
-      b.dataset.action = action;
-      b.title = title;
+      const b = actionControl('button', action, label, title, icon);
       b.onclick = () => void run();
       cell.append(b);
-      return b;
     };
     if (canStop(job)) {
-      button('stop', 'Stop', 'Stop this job (asks first)', () =>
+      button('stop', 'Stop', 'Stop this job (asks first)', 'stop', () =>
         this._stop(job)
       );
     }
     if (canResume(job)) {
-      button('resume', 'Resume', 'Continue from the latest checkpoint', () =>
-        this._do(() => this.model.resume(job.id), `Resuming ${job.id}`)
+      button(
+        'resume',
+        'Resume',
+        'Resume this job from its latest checkpoint',
+        'resume',
+        () => this._do(() => this.model.resume(job.id), `Resuming ${job.id}`)
       );
     }
     if (job.run_link) {
-      const link = el('a', 'jp-tf-button', 'MLflow');
-      link.dataset.action = 'mlflow';
+      const link = actionControl(
+        'a',
+        'mlflow',
+        'MLflow',
+        `Open the MLflow run (${job.run_url || 'through this server'})`,
+        'open'
+      );
       link.href = job.run_link;
       link.target = '_blank';
       link.rel = 'noopener';
-      link.title = `Open the MLflow run (${job.run_url || 'through this server'})`;
       cell.append(link);
     }
     button(
       'copy',
       'Copy',
       `Copy "${attachCommand(job.id)}" for a notebook`,
+      'copy',
       () => {
         this.actions.copy(attachCommand(job.id));
         this.actions.notify(`Copied: ${attachCommand(job.id)}`, 'info');
@@ -379,6 +582,12 @@ export class JobsPanel extends Widget {
   private _tableBox = el('div');
   private _experiments = el('datalist');
   private _owners = el('datalist');
+  private _fields: HTMLInputElement[] = [];
+  private _stateFilter = el('select');
+  private _everyone = el('input');
+  private _expand = el('button');
+  private _openInMain: (() => void) | null = null;
+  private _removeView: () => void;
 }
 
 namespace Private {

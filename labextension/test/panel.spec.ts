@@ -1,9 +1,13 @@
+/// <reference types="node" />
+import { readFileSync } from 'fs';
+import { join } from 'path';
+
 import { Widget } from '@lumino/widgets';
 
 import { IPanelActions } from '../src/actions';
 import { TrainfactoryError } from '../src/errors';
 import { JobsModel } from '../src/model';
-import { JobsPanel } from '../src/panel';
+import { COLUMNS, columnClass, JobsPanel, MAX_LEVEL } from '../src/panel';
 import { IJob, IServices, ITrainfactoryAPI } from '../src/types';
 import { job } from './jobs';
 
@@ -65,7 +69,7 @@ function setup(jobs: IJob[], failure: Error | null = null) {
     },
     notify() {}
   };
-  const model = new JobsModel(api);
+  const model = new JobsModel(api, () => false);
   const panel = new JobsPanel(model, actions);
   Widget.attach(panel, document.body);
   return { model, panel, calls, actions };
@@ -164,5 +168,103 @@ describe('JobsPanel', () => {
       r => (r as HTMLElement).dataset.jobId
     );
     expect(ids).toEqual(['tf-00000002']);
+  });
+
+  it('marks every cell with its column and level, the actions last', async () => {
+    const { model, panel } = setup([job({ id: 'tf-00000001' })]);
+    await model.refresh();
+    const heads = Array.from(panel.node.querySelectorAll('th'));
+    expect(heads.map(th => th.dataset.column)).toEqual(COLUMNS.map(c => c.key));
+    const cells = Array.from(panel.node.querySelectorAll('tr[data-job-id] td'));
+    expect(
+      cells.map(td => td.className.split(' ').slice(0, 2).join(' '))
+    ).toEqual(COLUMNS.map(c => columnClass(c.key)));
+    const always = COLUMNS.filter(c => c.level === 0).map(c => c.key);
+    expect(always).toEqual(['job', 'state', 'step', 'actions']);
+    expect(COLUMNS[COLUMNS.length - 1].key).toBe('actions');
+  });
+
+  it('gives each action an icon, a label for its accessible name and a title', async () => {
+    const { model, panel } = setup([
+      job({ id: 'tf-00000001', state: 'RUNNING' }),
+      job({ id: 'tf-00000002', state: 'FAILED' })
+    ]);
+    await model.refresh();
+    for (const action of ['stop', 'resume', 'mlflow', 'copy']) {
+      const control = panel.node.querySelector<HTMLElement>(
+        `.jp-tf-col-actions [data-action="${action}"]`
+      )!;
+      expect(control.querySelector('svg path.jp-icon3')).not.toBeNull();
+      expect(control.getAttribute('aria-label')).toBe(
+        control.querySelector('.jp-tf-label')!.textContent
+      );
+      expect(control.title).not.toBe('');
+    }
+  });
+
+  it('shows each column level only from its width of the panel (style/index.css)', () => {
+    const css = readFileSync(
+      join(__dirname, '..', 'style', 'index.css'),
+      'utf8'
+    );
+    expect(css).toMatch(/container:\s*jp-tf-panel\s*\/\s*inline-size/);
+    const widths: number[] = [];
+    for (let level = 1; level <= MAX_LEVEL; level++) {
+      const rule = new RegExp(
+        `@container jp-tf-panel \\(width < (\\d+)px\\) \\{\\s*\\.jp-tf-level-${level} \\{\\s*display: none;`
+      ).exec(css);
+      expect(rule).not.toBeNull();
+      widths.push(Number(rule![1]));
+    }
+    // Wider for each level; the first extra column comes beyond the sidebar's 300 px.
+    expect([...widths].sort((a, b) => a - b)).toEqual(widths);
+    expect(widths[0]).toBeGreaterThan(300);
+    expect(css).not.toMatch(/\.jp-tf-level-0\b/);
+    expect(css).toMatch(
+      /\.jp-tf-col-actions \{\s*position: sticky;\s*right: 0;/
+    );
+  });
+
+  it('offers "open in the main area" only once it is wired', async () => {
+    const { panel } = setup([]);
+    const open = panel.node.querySelector<HTMLButtonElement>(
+      '[data-action="open-main"]'
+    )!;
+    expect(open.hidden).toBe(true);
+    let opened = 0;
+    panel.openInMain = () => opened++;
+    expect(open.hidden).toBe(false);
+    open.click();
+    expect(opened).toBe(1);
+  });
+
+  it('shares one model between two panels: filter, visibility, closing', async () => {
+    const { model, panel } = setup([
+      job({ id: 'tf-00000001', state: 'RUNNING' }),
+      job({ id: 'tf-00000002', state: 'FAILED' })
+    ]);
+    await model.refresh();
+    const second = new JobsPanel(model, panel.actions);
+    second.title.closable = true;
+    Widget.attach(second, document.body);
+    expect(model.anyVisible).toBe(true);
+    const select = second.node.querySelector<HTMLSelectElement>(
+      'select[data-filter="state"]'
+    )!;
+    select.value = 'FAILED';
+    select.dispatchEvent(new Event('change'));
+    expect(
+      panel.node.querySelector<HTMLSelectElement>(
+        'select[data-filter="state"]'
+      )!.value
+    ).toBe('FAILED');
+    expect(panel.node.querySelectorAll('tr[data-job-id]')).toHaveLength(1);
+    panel.hide();
+    expect(model.anyVisible).toBe(true); // the second panel is shown
+    second.close();
+    expect(second.isDisposed).toBe(true);
+    expect(model.anyVisible).toBe(false);
+    panel.close(); // the sidebar's panel is not closable: it stays
+    expect(panel.isDisposed).toBe(false);
   });
 });

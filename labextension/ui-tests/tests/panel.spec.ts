@@ -1,7 +1,67 @@
 import { expect, test } from '@jupyterlab/galata';
+import type { Locator, Page } from '@playwright/test';
 
 /** The job tests/test_panel_browser.py launched before starting this server. */
 const JOB = process.env.TF_JOB_ID ?? '';
+
+/** Every column's key (panel.ts COLUMNS), and those shown at any width. */
+const ALL = [
+  'job',
+  'state',
+  'step',
+  'throughput',
+  'util',
+  'cost',
+  'ettr',
+  'checkpoint',
+  'restarts',
+  'owner',
+  'experiment',
+  'started',
+  'elapsed',
+  'actions'
+];
+const NARROW = ['job', 'state', 'step', 'actions'];
+
+/** The keys of the columns the panel shows (its header cells that are visible). */
+async function shownColumns(panel: Locator): Promise<string[]> {
+  return panel
+    .locator('th[data-column]')
+    .evaluateAll(cells =>
+      cells
+        .filter(c => (c as HTMLElement).offsetWidth > 0)
+        .map(c => (c as HTMLElement).dataset.column!)
+    );
+}
+
+/** `control` lies wholly inside the panel, and the table box needs no horizontal scrolling. */
+async function expectReachable(panel: Locator, control: Locator) {
+  await expect(control).toBeInViewport({ ratio: 1 });
+  const outer = (await panel.boundingBox())!;
+  const inner = (await control.boundingBox())!;
+  expect(inner.x).toBeGreaterThanOrEqual(outer.x);
+  expect(inner.x + inner.width).toBeLessThanOrEqual(outer.x + outer.width);
+  expect(inner.y).toBeGreaterThanOrEqual(outer.y);
+  expect(inner.y + inner.height).toBeLessThanOrEqual(outer.y + outer.height);
+  const box = await panel
+    .locator('.jp-tf-table-box')
+    .evaluate(b => [b.scrollLeft, b.scrollWidth, b.clientWidth]);
+  expect(box[0]).toBe(0);
+  expect(box[1]).toBeLessThanOrEqual(box[2]);
+}
+
+/** Drag the left sidebar's split handle to `x` (px from the page's left edge). */
+async function dragSidebarTo(page: Page, x: number) {
+  const handle = page
+    .locator('#jp-main-split-panel > .lm-SplitPanel-handle')
+    .first();
+  const box = (await handle.boundingBox())!;
+  expect(box).not.toBeNull();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(x, box.y + box.height / 2, { steps: 5 });
+  await page.mouse.up();
+}
 
 test('the panel shows a running job and stops it', async ({
   page
@@ -16,31 +76,61 @@ test('the panel shows a running job and stops it', async ({
   );
   const panel = page.locator('#jupyter-trainfactory-jobs');
   await expect(panel).toBeVisible();
-  // Widen the sidebar, as a user would, so the screenshot shows the whole table.
-  const handle = page
-    .locator('#jp-main-split-panel > .lm-SplitPanel-handle')
-    .first();
-  const box = (await handle.boundingBox())!;
-  expect(box).not.toBeNull();
-  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
-  await page.mouse.down();
-  await page.mouse.move(1250, box.y + box.height / 2, { steps: 5 });
-  await page.mouse.up();
   await expect(panel.locator('.jp-tf-services')).toContainText('MLflow UI', {
     timeout: 60000 // the server's first answer imports Ray and MLflow
   });
-
   const row = panel.locator(`tr[data-job-id="${JOB}"]`);
   const state = row.locator('.jp-tf-state');
   await expect(state).toHaveText('RUNNING', { timeout: 120000 });
-  const throughput = row.locator('td').nth(3);
+
+  // The sidebar at its default width: Job, State, Step and the actions, all in view.
+  const defaultWidth = (await panel.boundingBox())!.width;
+  console.log(`the sidebar's default width: ${defaultWidth} px`);
+  expect(defaultWidth).toBeLessThan(400);
+  expect(await shownColumns(panel)).toEqual(NARROW);
+  await expectReachable(panel, row.locator('button[data-action="stop"]'));
+  await expectReachable(panel, row.locator('a[data-action="mlflow"]'));
+  await expect(row.locator('td.jp-tf-col-step')).not.toHaveText('-', {
+    timeout: 120000
+  });
+  await panel.screenshot({ path: testInfo.outputPath('panel-default.png') });
+
+  // Widened, as a user would: every column, the actions still at the right edge.
+  const splitX = (await panel.boundingBox())!;
+  await dragSidebarTo(page, 1250);
+  expect((await panel.boundingBox())!.width).toBeGreaterThan(1100);
+  expect(await shownColumns(panel)).toEqual(ALL);
+  const throughput = row.locator('td.jp-tf-col-throughput');
   await expect(throughput).toContainText('samples/s', { timeout: 120000 });
   await expect(row.locator('a[data-action="mlflow"]')).toHaveAttribute(
     'href',
     /trainfactory\/proxy\/mlflow\/#\/experiments\/\d+\/runs\/[0-9a-f]+$/
   );
-  await panel.screenshot({ path: testInfo.outputPath('panel-running.png') });
+  await expectReachable(panel, row.locator('button[data-action="stop"]'));
+  await expect(
+    row.locator('button[data-action="stop"] .jp-tf-label')
+  ).toBeVisible();
+  await panel.screenshot({ path: testInfo.outputPath('panel-wide.png') });
 
+  // Opened in the main area (the sidebar back at its default width): every column.
+  await dragSidebarTo(page, splitX.x + splitX.width);
+  expect(
+    Math.abs((await panel.boundingBox())!.width - defaultWidth)
+  ).toBeLessThan(8);
+  await panel.locator('button[data-action="open-main"]').click();
+  const main = page.locator('#jupyter-trainfactory-jobs-main');
+  await expect(main).toBeVisible();
+  await expect(
+    page.locator('.lm-DockPanel .lm-TabBar-tab.lm-mod-current')
+  ).toContainText('Training jobs');
+  await expect(
+    main.locator(`tr[data-job-id="${JOB}"] .jp-tf-state`)
+  ).toHaveText('RUNNING');
+  expect(await shownColumns(main)).toEqual(ALL);
+  await main.screenshot({ path: testInfo.outputPath('panel-main.png') });
+  await page.screenshot({ path: testInfo.outputPath('lab-main.png') });
+
+  // Stopped from the sidebar at its default width.
   await row.locator('button[data-action="stop"]').click();
   const dialog = page.locator('.jp-Dialog');
   await expect(dialog).toContainText(JOB);
@@ -48,7 +138,10 @@ test('the panel shows a running job and stops it', async ({
   await expect(dialog).toHaveCount(0);
 
   await expect(state).toHaveText('STOPPED', { timeout: 150000 });
-  await expect(row.locator('button[data-action="resume"]')).toBeVisible();
   await expect(row.locator('button[data-action="stop"]')).toHaveCount(0);
+  await expectReachable(panel, row.locator('button[data-action="resume"]'));
+  await expect(
+    main.locator(`tr[data-job-id="${JOB}"] button[data-action="resume"]`)
+  ).toBeVisible();
   await panel.screenshot({ path: testInfo.outputPath('panel-stopped.png') });
 });
