@@ -8,12 +8,14 @@ how they print and whether they show a widget.
 from __future__ import annotations
 
 import argparse
+import difflib
 import shlex
 import time
 from typing import Any
 
 from .accelerators import ACCELERATORS
 from .chargeback import GROUPS, SORT_KEYS
+from .jobs import TERMINAL_STATES
 from .spec import ON_STALL, PLACEMENTS, JobSpec, parse_pairs
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "chaos_text",
     "cluster_text",
     "costs_text",
+    "default_job",
     "gc_text",
     "register_from_args",
     "register_text",
@@ -35,6 +38,7 @@ __all__ = [
     "parse",
     "services_text",
     "spec_from_args",
+    "still_running_text",
 ]
 
 
@@ -47,6 +51,10 @@ class HelpShown(Exception):  # noqa: N818 (a signal, not an error)
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--worker 2` must not mean --workers
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse would print usage and sys.exit(2)
         sub = self.prog.rsplit(" ", 1)[-1] if " " in self.prog else ""
         raise CommandError(f"{sub}: {message}" if sub and sub != "trainfactory" else message)
@@ -323,7 +331,9 @@ def parse(
         argv = shlex.split(line) if isinstance(line, str) else list(line)
     except ValueError as exc:
         raise CommandError(f"Cannot parse the line: {exc}.") from exc
-    ns = parser.parse_args(argv) if argv else None
+    ns, extra = parser.parse_known_args(argv) if argv else (None, [])
+    if extra:
+        raise CommandError(_unrecognized_text(parser, ns, extra))
     if ns is None or ns.command is None:
         raise CommandError(
             "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
@@ -332,6 +342,46 @@ def parse(
     if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
     return ns
+
+
+#: Options whose value is a Python expression (a dict literal): unquoted, it splits at spaces.
+_LITERAL_OPTIONS = {"config": "--config"}
+
+
+def _literal_piece(text: str) -> bool:
+    """Whether ``text`` looks like a piece of a dict or list literal cut at a space."""
+    return any(c in text for c in "{}[]") or text.endswith((":", ","))
+
+
+def _unrecognized_text(parser: argparse.ArgumentParser, ns, extra: list[str]) -> str:
+    """One sentence for arguments no option took: an unquoted literal, a misspelt or
+    abbreviated option (with the closest real one), or the leftovers as argparse says."""
+    command = getattr(ns, "command", None)
+    sub = parser._subparsers._group_actions[0].choices.get(command) if command else None
+    where = f"{command}: " if sub is not None else ""
+    for dest, option in _LITERAL_OPTIONS.items():
+        value = getattr(ns, dest, None)
+        if value is None:
+            continue
+        unbalanced = sum(value.count(c) for c in "{[(") != sum(value.count(c) for c in "}])")
+        if unbalanced or any(_literal_piece(arg) for arg in extra):
+            return (
+                f"{where}the {option} value must be quoted as one argument, as in"
+                f" {option} \"{{'lr': 0.01}}\" (unquoted, its spaces split it and left"
+                f" over: {' '.join(extra)})."
+            )
+    options = [o for o in (sub or parser)._option_string_actions if o.startswith("--")]
+    for arg in extra:
+        if arg.startswith("-") and arg != "-":
+            name = arg.split("=", 1)[0]
+            close = [o for o in options if o.startswith(name)]  # an abbreviation
+            close = close or difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            if close:
+                return (
+                    f"{where}{name} is not an option (options are never abbreviated);"
+                    f" did you mean {' or '.join(sorted(close))}?"
+                )
+    return f"{where}unrecognized arguments: {' '.join(extra)}"
 
 
 def spec_from_args(
@@ -387,6 +437,59 @@ def split_inputs(items: list[str]) -> dict[str, str]:
             raise CommandError(f"--input takes NAME=DATA (a path, URI or variable), got {item!r}.")
         out[name] = value
     return out
+
+
+def _job_text(info) -> str:
+    step = "" if info.step is None else f", step {info.step}"
+    return f"{info.job_id} ({info.name}, {info.state}{step})"
+
+
+def default_job(jobs: list, command: str, prog: str = "%train") -> tuple[str, str]:
+    """The job a bare ``command`` means when this kernel launched none (after a restart).
+
+    ``jobs`` are the user's :class:`~.jobs.JobInfo`, newest first (``JobManager.list``).
+    Returns the id of the one job still going (PENDING, RUNNING or RESTARTING) and the
+    line that says it was picked; raises :class:`CommandError` naming the candidates when
+    several are going, and pointing to ``list`` when none is.
+    """
+    live = [j for j in jobs if j.state not in TERMINAL_STATES]
+    if len(live) == 1:
+        return live[0].job_id, (
+            f"No job launched from this kernel yet: using {_job_text(live[0])},"
+            " your only running job."
+        )
+    if not live:
+        raise CommandError(
+            "No job launched from this kernel yet and none of yours is running;"
+            f" give a job id (see {prog} list)."
+        )
+    shown = ", ".join(_job_text(j) for j in live[:5]) + (", ..." if len(live) > 5 else "")
+    raise CommandError(
+        f"No job launched from this kernel yet and {len(live)} of yours are running:"
+        f" {shown}; give one, as in {prog} {command} {live[0].job_id}."
+    )
+
+
+def still_running_text(jobs: list, job_id: str, name: str, prog: str = "%train") -> str:
+    """The line a launch prints when other jobs of the same name (the same function, by
+    default) still run: which, and how to stop them; "" when none does.
+
+    ``jobs`` are :class:`~.jobs.JobInfo` (``JobManager.list``); ``job_id`` is the new job.
+    """
+    others = [
+        j for j in jobs if j.name == name and j.job_id != job_id and j.state not in TERMINAL_STATES
+    ]
+    if not others:
+        return ""
+    if len(others) == 1:
+        return (
+            f"Still running from {name!r} as well: {_job_text(others[0])};"
+            f" stop it with {prog} stop {others[0].job_id}."
+        )
+    return (
+        f"Still running from {name!r} as well: {', '.join(_job_text(j) for j in others)};"
+        f" stop each with {prog} stop JOB."
+    )
 
 
 def cluster_text(manager_for, ns, stdin=None) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_magic, magics_class, no_var_expand
 from IPython.display import display
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
@@ -19,6 +21,7 @@ from .commands import (
     chaos_text,
     cluster_text,
     costs_text,
+    default_job,
     first_line,
     format_status,
     format_table,
@@ -31,15 +34,109 @@ from .commands import (
     services_text,
     spec_from_args,
     split_inputs,
+    still_running_text,
     stop_text,
 )
 from .jobs import JobNotFound
 from .services import ServiceError
 from .spec import SpecError
 
-__all__ = ["TrainMagics"]
+__all__ = ["TrainMagics", "expand_variables"]
 
 _USER_ERRORS = (CommandError, SpecError, JobNotFound, ServiceError, TimeoutError)
+_DOLLAR_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _dollar_value(path: str, user_ns: dict[str, Any]) -> str:
+    """``$name`` or ``$name.attr``: the value as text; attributes are taken while they
+    exist, the rest stays text (``$stem.txt``); raises CommandError for an undefined name."""
+    head, *attrs = path.split(".")
+    if head not in user_ns:
+        raise CommandError(
+            f"${head} names no notebook variable; define {head!r} first (or write $${head}"
+            f" for a literal ${head})."
+        )
+    value, rest = user_ns[head], ""
+    for i, attr in enumerate(attrs):
+        if not hasattr(value, attr):
+            rest = "." + ".".join(attrs[i:])
+            break
+        value = getattr(value, attr)
+    return f"{value}{rest}"
+
+
+def _brace_value(inner: str, user_ns: dict[str, Any]) -> str | None:
+    """``{expr}``: the value of ``expr`` as text; None when ``inner`` is no expression
+    (a dict display such as ``'epochs': 2``), a set display (``a, b``), or fails."""
+    text = inner.strip()
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+    if isinstance(tree.body, ast.Tuple) and not text.startswith("("):
+        return None
+    try:
+        return str(eval(compile(tree, "<%train line>", "eval"), user_ns))  # noqa: S307
+    except Exception:
+        return None
+
+
+def _group_end(line: str, start: int) -> int | None:
+    """The index of the ``}`` closing the ``{`` at ``start`` (nested braces counted)."""
+    depth = 0
+    for i in range(start, len(line)):
+        depth += {"{": 1, "}": -1}.get(line[i], 0)
+        if depth == 0:
+            return i
+    return None
+
+
+def expand_variables(line: str, user_ns: dict[str, Any], braces: bool = True) -> str:
+    """Expand notebook variables in a ``%train`` line, each on its own.
+
+    ``$name`` (and ``$name.attr``) becomes the variable's text, except inside single
+    quotes; ``$$`` is a literal ``$``. ``{expr}`` becomes the value of ``expr`` when it is
+    a Python expression that evaluates in ``user_ns``; any other brace group, such as the
+    dict literal of ``--config "{'epochs': n}"``, stays as written (its ``$name`` expanded)
+    for the option to evaluate. ``{{`` and ``}}`` are literal braces.
+
+    Raises
+    ------
+    CommandError
+        a ``$name`` names no variable of ``user_ns``.
+    """
+    out, i, quote = [], 0, ""
+    while i < len(line):
+        c = line[i]
+        if c == "\\" and quote != "'" and i + 1 < len(line):
+            out.append(line[i : i + 2])  # kept for shlex; \$ stays a literal $
+            i += 2
+            continue
+        if c in "'\"" and quote in ("", c):
+            quote = "" if quote else c
+        elif c == "$" and quote != "'":
+            if line.startswith("$$", i):
+                out.append("$")
+                i += 2
+                continue
+            match = _DOLLAR_NAME.match(line, i + 1)
+            if match:
+                out.append(_dollar_value(match.group(), user_ns))
+                i = match.end()
+                continue
+        elif braces and line.startswith(("{{", "}}"), i):
+            out.append(c)
+            i += 2
+            continue
+        elif braces and c == "{" and (end := _group_end(line, i)) is not None:
+            value = _brace_value(line[i + 1 : end], user_ns)
+            group = line[i : end + 1]
+            out.append(value if value is not None else expand_variables(group, user_ns, False))
+            i = end + 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 @magics_class
@@ -97,13 +194,21 @@ class TrainMagics(Magics, Configurable):
         )
 
     def _job_id(self, ns) -> str:
+        """The job of a subcommand: the one named, else this kernel's last, else (after a
+        kernel restart) the user's only running job, said in one line."""
         if ns.job:
             return ns.job
-        if self._last_job is None:
+        if self._last_job is not None:
+            return self._last_job
+        if ns.command in ("resume", "register"):  # meant for an ended job: no guessing
             raise CommandError(
-                "No job launched from this kernel yet; give a job id (see %train list)."
+                f"No job launched from this kernel yet; give a job id, as in"
+                f" %train {ns.command} JOB (see %train list)."
             )
-        return self._last_job
+        job_id, note = default_job(self._manager(ns).list(), ns.command)
+        print(note)
+        self._last_job = job_id
+        return job_id
 
     def _source(self) -> str:
         ns = self.shell.user_ns if self.shell is not None else {}
@@ -119,11 +224,14 @@ class TrainMagics(Magics, Configurable):
         display(board)
 
     # -- the magic ----------------------------------------------------------------
+    @no_var_expand  # IPython drops every expansion when one brace group fails: ours is per group
     @line_magic
     def train(self, line: str):
-        """Launch and control Ray Train jobs. ``%train help`` lists the subcommands."""
+        """Launch and control Ray Train jobs. ``%train help`` lists the subcommands;
+        ``$name`` and ``{expr}`` in the line are notebook variables (:func:`expand_variables`)."""
         try:
-            ns = parse(line, self._parser)
+            user_ns = self.shell.user_ns if self.shell is not None else {}
+            ns = parse(expand_variables(line, user_ns), self._parser)
             return getattr(self, f"_cmd_{ns.command}")(ns)
         except HelpShown:  # argparse printed the help of -h
             return None
@@ -178,10 +286,25 @@ class TrainMagics(Magics, Configurable):
             if not isinstance(config, dict):
                 raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
         spec = spec_from_args(ns, ns.target, config, self._source(), self._defaults())
-        job = self._manager(ns).submit(fn, spec, inputs=inputs, model_fn=model_fn)
+        manager = self._manager(ns)
+        job = manager.submit(fn, spec, inputs=inputs, model_fn=model_fn)
         self._last_job = job.id
+        note = self._still_running(manager, job.id, spec.run_name)
+        if note:
+            print(note)
         self._show(job)
         return job
+
+    @staticmethod
+    def _still_running(manager, job_id: str, name: str) -> str:
+        """The line naming the user's other running jobs of this name ("" if none)."""
+        try:
+            jobs = manager.list()
+        except Exception as exc:  # the job is started: a failed listing only loses the note
+            if not (is_service_error(exc) or isinstance(exc, _USER_ERRORS)):
+                raise
+            return ""
+        return still_running_text(jobs, job_id, name)
 
     def _cmd_status(self, ns) -> None:
         info = self._manager(ns).info(self._job_id(ns))

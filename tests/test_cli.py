@@ -67,4 +67,7 @@ def test_help_at_every_level():
         result = _run(*args)
         assert result.returncode == 0 and "--workers" in result.stdout, args
     result = _run("launch", "f.py:x", "--bogus")
-    assert result.stderr.strip() == "jupyter trainfactory: error: unrecognized arguments: --bogus"
+    assert (
+        result.stderr.strip()
+        == "jupyter trainfactory: error: launch: unrecognized arguments: --bogus"
+    )
