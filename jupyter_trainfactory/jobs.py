@@ -59,6 +59,7 @@ _PACKAGE_EXCLUDES = ["__pycache__", "*.pyc", "labextension"]
 _PAYLOAD_ARTIFACTS = "trainfactory/payload"
 #: The payload file of the function that rebuilds a model from a checkpoint directory.
 MODEL_FN_FILE = "model_fn.pkl"
+CONFIG_FILE = "config.pkl"  # the config as given (job.json holds tracking.json_safe's copy)
 _MAX_DIFF_CHARS = 5_000_000
 #: Seconds to wait for another cluster's dashboard (the jobs of that cluster in a list), and
 #: before asking one that did not answer again.
@@ -151,27 +152,31 @@ def _payload_path(job_id: str) -> Path:
     return state_dir() / "jobs" / job_id / f"_tf_payload_{job_id.replace('-', '_')}"
 
 
-def _payload_dir(job_id: str, fn: Callable, model_fn: Callable | None = None) -> Path:
+def _payload_dir(
+    job_id: str, fn: Callable, model_fn: Callable | None = None, config: Any = None
+) -> Path:
     """Write the job's payload as an importable package shipped with runtime_env py_modules.
 
-    The function (and ``model_fn``, kept for ``register``) is pickled first, so an
-    unshippable one fails before a run exists; ``job.json`` is added once the run id is
-    known.
+    The function (and ``model_fn``, kept for ``register``) and the config (``config.pkl``:
+    the job gets it exactly as given, tensors, tuple keys and all) are pickled first, so
+    an unshippable one fails before a run exists; ``job.json`` is added once the run id
+    is known.
     """
     import cloudpickle
 
     path = _payload_path(job_id)
     path.mkdir(parents=True, exist_ok=True)
     (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
-    for name, item in (("function.pkl", fn), (MODEL_FN_FILE, model_fn)):
+    for name, item in (("function.pkl", fn), (MODEL_FN_FILE, model_fn), (CONFIG_FILE, config)):
         if item is None:
             continue
-        _ship_by_value(item)
+        if name != CONFIG_FILE:
+            _ship_by_value(item)
         try:
             (path / name).write_bytes(cloudpickle.dumps(item))
         except Exception as exc:
             shutil.rmtree(path.parent, ignore_errors=True)
-            what = "model_fn" if item is model_fn else "The function or its config"
+            what = {MODEL_FN_FILE: "model_fn", CONFIG_FILE: "The config"}.get(name, "The function")
             raise SpecError(
                 f"{what} cannot be shipped to the cluster (cloudpickle: {exc})."
             ) from exc
@@ -180,12 +185,14 @@ def _payload_dir(job_id: str, fn: Callable, model_fn: Callable | None = None) ->
 
 def _log_payload(mlflow_client, run_id: str, payload: Path, meta: dict[str, Any]) -> None:
     """The payload in the run's artifacts (a resume from another machine finds it there),
-    with ``meta`` (already redacted: secrets never reach MLflow) as its ``job.json``."""
+    with ``meta`` (already redacted: secrets never reach MLflow) as its ``job.json``; the
+    pickled config stays out when something in it was redacted."""
     import tempfile
 
+    skip = ["job.json", "__pycache__"] + ([CONFIG_FILE] if meta.get("redacted") else [])
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "payload"
-        shutil.copytree(payload, copy, ignore=shutil.ignore_patterns("job.json", "__pycache__"))
+        shutil.copytree(payload, copy, ignore=shutil.ignore_patterns(*skip))
         (copy / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
         mlflow_client.log_artifacts(run_id, str(copy), _PAYLOAD_ARTIFACTS)
 
@@ -539,7 +546,7 @@ class JobManager:
         meta = {
             "job_id": job_id,
             "spec": spec.to_dict(),
-            "config": spec.config,
+            "config": tracking.json_safe(spec.config),
             "tracking_uri": self.tracking_uri,
             "storage_path": storage,
             "price_catalog": dataclasses.asdict(spec.catalog()),
@@ -570,7 +577,7 @@ class JobManager:
         shown_meta, redacted = redact.redact_mapping(json.loads(json.dumps(meta, default=repr)))
         if redacted:
             tags[TAG.REDACTED] = json.dumps(redacted)[:5000]
-        payload = _payload_dir(job_id, fn, model_fn)
+        payload = _payload_dir(job_id, fn, model_fn, spec.config)
         try:
             run = tracking.create_job_run(
                 self._mlflow,
@@ -676,6 +683,7 @@ class JobManager:
             TAG.STALL: "",
             TAG.CHAOS: "",  # a fault injected into an earlier submission stays there
         }
+        reopen = tracking.fit_tags(reopen)
         self._mlflow.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in reopen.items()])
         self._mlflow.update_run(run.info.run_id, status="RUNNING")
         try:
@@ -722,7 +730,7 @@ class JobManager:
         Raises SpecError when the tracking server has no such experiment."""
         if not name:
             return None
-        exp = self._mlflow.get_experiment_by_name(name)
+        exp = self._mlflow.get_experiment_by_name(tracking.experiment_name(name))
         if exp is None:
             raise SpecError(f"No experiment {name!r} at {self.tracking_uri}.")
         return [exp.experiment_id]

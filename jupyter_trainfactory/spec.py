@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import getpass
 import json
 import math
@@ -10,6 +11,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .tracking import flatten_config, json_safe, param_value
 
 __all__ = [
     "ON_STALL",
@@ -122,17 +125,9 @@ def selector_text(selector: dict[str, str] | list[dict[str, str]] | None) -> str
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, str]:
-    """Flatten nested dicts/lists into ``{"a.b": "value"}`` strings for MLflow params."""
-    out: dict[str, str] = {}
-    if isinstance(value, dict):
-        for key, item in value.items():
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-    elif isinstance(value, (list, tuple)) and len(value) <= 16 and prefix:
-        for i, item in enumerate(value):
-            out.update(flatten(item, f"{prefix}.{i}"))
-    else:
-        out[prefix or "value"] = repr(value) if not isinstance(value, str) else value
-    return out
+    """Flatten nested dicts/lists into ``{"a.b": "value"}`` texts as MLflow params hold them
+    (``tracking.flatten_config`` then ``tracking.param_value``)."""
+    return {k: param_value(v) for k, v in flatten_config(value, prefix).items()}
 
 
 def _check_number(name: str, value: Any, minimum: float, integer: bool = False) -> None:
@@ -419,8 +414,10 @@ class JobSpec:
             extras["pip"] = list(self.pip)
         return extras
 
-    def params(self) -> dict[str, str]:
-        """MLflow params, logged once: resources, failure budget and config values flattened."""
+    def params(self) -> dict[str, Any]:
+        """MLflow params, logged once: resources, failure budget (text) and the config's
+        leaves as ``config.<path>`` (``tracking.flatten_config``; values as given:
+        ``tracking.prepare_params`` makes keys and values valid for MLflow)."""
         params = {
             "workers": str(self.workers),
             "cpus_per_worker": f"{self.cpus_per_worker:g}",
@@ -437,7 +434,7 @@ class JobSpec:
         if self.resources:
             params["resources"] = json.dumps(self.resources, sort_keys=True)
         if self.label_selector:
-            params["label_selector"] = json.dumps(self.label_selector, sort_keys=True)[:6000]
+            params["label_selector"] = json.dumps(self.label_selector, sort_keys=True)
         if self.keep_best:
             params["keep_best"] = self.keep_best
         if self.peak_tflops:
@@ -454,12 +451,15 @@ class JobSpec:
             params["stall_timeout"] = f"{self.stall_timeout:g}"
             params["on_stall"] = self.on_stall
         if self.pip:
-            params["pip"] = " ".join(self.pip)[:6000]
-        params.update({f"config.{k}": v[:6000] for k, v in flatten(self.config).items()})
+            params["pip"] = " ".join(self.pip)
+        params.update(flatten_config(self.config, "config"))
         return params
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (config values that are not JSON are given as their repr)."""
-        data = asdict(self)
-        data["config"] = json.loads(json.dumps(self.config, default=repr))
+        """JSON-safe dict (the config through ``tracking.json_safe``: keys as text, values
+        that are not JSON described by type, shape and digest)."""
+        shallow = copy.copy(self)
+        shallow.config = {}  # asdict would deep-copy every tensor of the config
+        data = asdict(shallow)
+        data["config"] = json_safe(self.config)
         return data

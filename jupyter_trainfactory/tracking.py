@@ -1,23 +1,70 @@
-"""MLflow: tag names, run creation and reading runs back (key hygiene: ``telemetry.keys``)."""
+"""MLflow: tag names, run creation and reading runs back (key hygiene: ``telemetry.keys``).
+
+Whatever a user's config holds is recorded, never refused over MLflow's rules
+(``mlflow.utils.validation``): param keys go through the metric keys' stable mapping
+(``telemetry.keys.KeyMapper``: refused characters, 250 characters, collisions) with the
+renames in the tag ``trainfactory.renamed_params``; values over 6,000 characters (8,000
+for tags) keep a marked prefix and a digest (:func:`fit_text`); values that are not text
+are described by type, shape and digest (:func:`param_value`); at most
+:data:`MAX_PARAMS` params are logged, in MLflow's batch sizes (:func:`log_params`).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
+    "EXPERIMENT_KIND",
+    "MAX_PARAMS",
     "MetricPoint",
+    "ParamSet",
     "TAG",
     "client",
     "create_job_run",
     "experiment_id",
+    "experiment_name",
     "find_job_run",
+    "fit_tags",
+    "fit_text",
+    "flatten_config",
+    "json_safe",
+    "key_text",
     "latest_points",
     "log_data_inputs",
+    "log_params",
     "metric_history",
+    "param_value",
+    "prepare_params",
     "run_url",
     "search_job_runs",
 ]
+
+#: MLflow 3's limits (``mlflow.utils.validation``; names: its database columns).
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+MAX_PARAMS_PER_BATCH = 100
+MAX_BATCH_CHARS = 500_000  # half of MLflow's 1 MB limit on a log_batch request
+MAX_EXPERIMENT_NAME = 256
+MAX_RUN_NAME = 250
+#: Params logged per run: the job's settings first, then config leaves in their order;
+#: the rest are in the artifact ``trainfactory/params.json`` (and the whole config in
+#: the payload's ``job.json``), with the tag ``trainfactory.params.omitted``.
+MAX_PARAMS = 1000
+#: Lists and tuples of at most this many items are flattened into one param per item.
+MAX_LIST_ITEMS = 16
+#: The experiment tag the MLflow UI reads to open an experiment's view, and its value
+#: for model training (``genai_development`` opens the GenAI "Evaluations" view).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: Arrays larger than this (bytes) are described without a digest.
+_MAX_DIGEST_BYTES = 256 * 2**20
+PARAMS_ARTIFACT = "trainfactory/params.json"
 
 
 class TAG:
@@ -66,6 +113,9 @@ class TAG:
     # where the current attempt's workers were placed
     PLACEMENT = "trainfactory.placement"
     PLACEMENT_WARNING = "trainfactory.placement.warning"  # a pack request that ended spread
+    RENAMED_KEYS = "trainfactory.renamed_keys"  # JSON {metric key: MLflow key} (recorder)
+    RENAMED_PARAMS = "trainfactory.renamed_params"  # JSON {param key: MLflow key}
+    PARAMS_OMITTED = "trainfactory.params.omitted"  # how many params are only in artifacts
 
 
 @dataclass(frozen=True)
@@ -85,13 +135,302 @@ def client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def fit_text(text: str, limit: int = MAX_PARAM_VALUE) -> str:
+    """``text`` when it has at most ``limit`` characters, else its prefix marked with its
+    length and the first 16 hex digits of its SHA-256 (``"xxxx ...[cut: 10,000 characters,
+    sha256 3f2a...]"``): exactly ``limit`` characters, the same text always cut the same way.
+    """
+    if len(text) <= limit:
+        return text
+    digest = _digest(text.encode("utf-8", "surrogatepass"))
+    marker = f" ...[cut: {len(text):,} characters, sha256 {digest}]"
+    return text[: limit - len(marker)] + marker
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def _array_digest(value: Any) -> str:
+    """SHA-256 (16 hex digits) of an array's dtype, shape and bytes; "" when unavailable
+    (a GPU tensor, a dtype numpy lacks, more than 256 MiB)."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return ""
+    try:
+        if hasattr(value, "detach"):  # a torch tensor: only one already in host memory
+            if str(getattr(value, "device", "cpu")) != "cpu":
+                return ""
+            value = value.detach()
+        array = np.ascontiguousarray(np.asarray(value))
+        if array.dtype == object or array.nbytes > _MAX_DIGEST_BYTES:
+            return ""
+        head = f"{array.dtype.str}{array.shape}".encode()
+        return _digest(head + array.tobytes())
+    except Exception:
+        return ""
+
+
+def _describe(value: Any) -> str | None:
+    """A short text for a value that is not text: arrays and tensors by type, shape,
+    dtype and digest, 0-d ones by their number, functions and classes by name."""
+    import inspect
+
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype") and not isinstance(value, type):
+        try:
+            dims = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            dims = None
+        if dims == () and callable(getattr(value, "item", None)):
+            try:
+                return param_value(value.item())
+            except Exception:
+                pass
+        digest = _array_digest(value)
+        text = f"<{_type_name(value)} shape={dims if dims is not None else shape}"
+        text += f" dtype={value.dtype}" + (f" sha256={digest}>" if digest else ">")
+        return fit_text(text)
+    if inspect.isroutine(value) or inspect.isclass(value):
+        module = getattr(value, "__module__", None) or "?"
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", "?")
+        kind = "class" if inspect.isclass(value) else "function"
+        return fit_text(f"<{kind} {module}.{name}>")
+    return None
+
+
+def param_value(value: Any, limit: int = MAX_PARAM_VALUE) -> str:
+    """The text MLflow records for one config value, at most ``limit`` characters.
+
+    Text as it is; numbers, booleans and None as their ``repr``; arrays and tensors
+    (anything with ``shape`` and ``dtype``) as ``<numpy.ndarray shape=(3, 4)
+    dtype=float32 sha256=...>``, 0-d ones and numpy scalars as their number; functions and
+    classes by qualified name; other objects by ``repr``. Anything longer than ``limit``
+    is cut by :func:`fit_text` (marked prefix and digest), so a huge ``repr`` never
+    reaches MLflow. Never raises.
+    """
+    if isinstance(value, str):
+        return fit_text(value, limit)
+    if value is None or isinstance(value, (bool, int, float)):
+        try:
+            return fit_text(repr(value), limit)
+        except ValueError:  # an int over Python's 4,300-digit conversion limit
+            return f"<int of {value.bit_length()} bits sha256={_digest(hex(value).encode())}>"
+    try:
+        described = _describe(value)
+    except Exception:
+        described = None
+    if described is not None:
+        return described[:limit]
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<{_type_name(value)} (repr failed: {type(exc).__name__})>"
+    return fit_text(text, limit)
+
+
+def key_text(key: Any) -> str:
+    """A config key as text, the same way everywhere (params, ``job.json``): ``str`` for
+    text, ``repr`` otherwise (``1`` -> ``"1"``, ``(1, 2)`` -> ``"(1, 2)"``)."""
+    return key if isinstance(key, str) else repr(key)
+
+
+def _unique(name: str, taken: Mapping[str, Any], key: Any) -> str:
+    """``name``, or with ``~<type>`` (and a number) added when a key of another type
+    already took it (``1`` and ``"1"`` in one dict)."""
+    if name not in taken:
+        return name
+    base = f"{name}~{type(key).__name__}"
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}{n}"
+    return candidate
+
+
+def flatten_config(config: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaves of a nested config: ``{"a.b.0": value}``, values untouched, in config order.
+
+    Mappings flatten at every depth (keys through :func:`key_text`; a key that another
+    key's text already took gets ``~<type>``), lists and tuples of at most
+    :data:`MAX_LIST_ITEMS` items flatten by index; empty ones, longer ones and anything
+    else are leaves. A container holding itself ends in a ``"<cycle>"`` leaf. With no
+    ``prefix`` a config that is not a mapping is the one leaf ``"value"``.
+    """
+    out: dict[str, Any] = {}
+    # explicit stack (no recursion limit on deep configs): (path, value, ids on the path)
+    stack: list[tuple[str, Any, frozenset]] = [(prefix, config, frozenset())]
+    while stack:
+        path, value, seen = stack.pop()
+        if id(value) in seen:
+            out[_unique(path, out, value)] = "<cycle>"
+            continue
+        if isinstance(value, Mapping) and (value or not seen):  # the root: even empty
+            children, names = [], {}
+            for key, item in value.items():
+                name = _unique(key_text(key), names, key)
+                names[name] = None
+                children.append((f"{path}.{name}" if path else name, item))
+        elif isinstance(value, (list, tuple)) and 0 < len(value) <= MAX_LIST_ITEMS:
+            children = [(f"{path}.{i}" if path else str(i), v) for i, v in enumerate(value)]
+        else:
+            out[_unique(path or "value", out, value)] = value
+            continue
+        inner = seen | {id(value)}
+        stack.extend((p, v, inner) for p, v in reversed(children))
+    return out
+
+
+def json_safe(value: Any, _seen: frozenset = frozenset()) -> Any:
+    """``value`` as JSON can hold it: mappings with :func:`key_text` keys, tuples as
+    lists, text, numbers and None unchanged (however long); anything else as
+    :func:`param_value`'s description. The job itself gets the original (``config.pkl``)."""
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4000:
+            return param_value(value)
+        return value
+    if id(value) in _seen:
+        return "<cycle>"
+    inner = _seen | {id(value)}
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out[_unique(key_text(key), out, key)] = json_safe(item, inner)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item, inner) for item in value]
+    return param_value(value)
+
+
+@dataclass
+class ParamSet:
+    """Params ready for MLflow (:func:`prepare_params`).
+
+    Attributes
+    ----------
+    params : dict of str to str
+        MLflow key -> value (at most 6,000 characters), at most :data:`MAX_PARAMS` items.
+    renamed : dict of str to str
+        Given key -> MLflow key, for every key the mapping changed.
+    omitted : dict of str to str
+        Given key -> value of the params over the cap (not logged).
+    """
+
+    params: dict[str, str] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)
+    omitted: dict[str, str] = field(default_factory=dict)
+
+    def _renames_text(self) -> tuple[str, bool]:
+        """The renames as JSON that fits in a tag, and whether some were left out."""
+        shown: dict[str, str] = {}
+        size = 2
+        for key, mapped in self.renamed.items():
+            size += len(json.dumps(key)) + len(json.dumps(mapped)) + 4
+            if size > MAX_TAG_VALUE - 100:
+                shown["..."] = f"{len(self.renamed) - len(shown)} more in {PARAMS_ARTIFACT}"
+                return json.dumps(shown), True
+            shown[key] = mapped
+        return json.dumps(shown), False
+
+    def tags(self) -> dict[str, str]:
+        """``trainfactory.renamed_params`` (JSON, as many renames as fit in a tag, then
+        ``"...": "N more in trainfactory/params.json"``) and ``trainfactory.params.omitted``
+        (a sentence); empty when nothing was renamed or left out."""
+        tags: dict[str, str] = {}
+        if self.renamed:
+            tags[TAG.RENAMED_PARAMS] = self._renames_text()[0]
+        if self.omitted:
+            total = len(self.params) + len(self.omitted)
+            tags[TAG.PARAMS_OMITTED] = (
+                f"{len(self.omitted)} of {total} params are not logged (at most"
+                f" {len(self.params)} per run); they are in the artifact {PARAMS_ARTIFACT}"
+                " and the whole config in trainfactory/payload/job.json"
+            )
+        return tags
+
+    def needs_artifact(self) -> bool:
+        """Whether some renames or values are only in :data:`PARAMS_ARTIFACT`."""
+        return bool(self.omitted) or self._renames_text()[1]
+
+
+def prepare_params(params: Mapping[Any, Any], max_params: int = MAX_PARAMS) -> ParamSet:
+    """Map flat params (``{"config.timing(s)/gen": 1.5}``) to what MLflow accepts.
+
+    Keys go through ``telemetry.keys.KeyMapper`` (refused characters -> ``_``, over 250
+    characters cut with a hash, collisions and path prefixes told apart with ``_``);
+    values through :func:`param_value`. The first ``max_params`` are kept, the rest go to
+    ``omitted``. Never raises on a key or value.
+    """
+    from .telemetry.keys import KeyMapper
+
+    mapper = KeyMapper()
+    out = ParamSet()
+    for key, value in params.items():
+        raw = key_text(key)
+        text = param_value(value)
+        if len(out.params) >= max_params:
+            out.omitted[raw] = text
+            continue
+        mapped = mapper(raw)
+        out.params[mapped] = text
+    out.renamed = dict(mapper.renamed)
+    return out
+
+
+def log_params(mlflow_client, run_id: str, params: Mapping[str, str]) -> None:
+    """Log already valid params (:func:`prepare_params`) in batches of at most 100 and
+    about 500,000 characters (MLflow refuses requests over 1 MB)."""
+    from mlflow.entities import Param
+
+    batch: list = []
+    size = 0
+    for key, value in params.items():
+        item = len(json.dumps(key)) + len(json.dumps(value)) + 32
+        if batch and (len(batch) >= MAX_PARAMS_PER_BATCH or size + item > MAX_BATCH_CHARS):
+            mlflow_client.log_batch(run_id, params=batch)
+            batch, size = [], 0
+        batch.append(Param(key, value))
+        size += item
+    if batch:
+        mlflow_client.log_batch(run_id, params=batch)
+
+
+def fit_tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    """Tag values as text of at most 8,000 characters (:func:`fit_text`)."""
+    return {
+        k: fit_text(v if isinstance(v, str) else str(v), MAX_TAG_VALUE) for k, v in tags.items()
+    }
+
+
+def experiment_name(name: str) -> str:
+    """``name`` as stored in MLflow: unchanged up to 256 characters (the experiments
+    table's limit), else its first 247 with ``~`` and 8 hex digits of its SHA-1."""
+    if len(name) <= MAX_EXPERIMENT_NAME:
+        return name
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return name[: MAX_EXPERIMENT_NAME - 9] + "~" + digest
+
+
 def experiment_id(mlflow_client, name: str) -> str:
-    """Id of experiment ``name``, created when missing."""
+    """Id of experiment ``name`` (through :func:`experiment_name`), created when missing
+    with the tag that opens it in the MLflow UI's model-training view; an experiment
+    without that tag gets it (one the user gave another kind keeps it)."""
+    name = experiment_name(name)
     exp = mlflow_client.get_experiment_by_name(name)
     if exp is not None:
+        if EXPERIMENT_KIND_TAG not in (exp.tags or {}):
+            mlflow_client.set_experiment_tag(
+                exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
+            )
         return exp.experiment_id
     try:
-        return mlflow_client.create_experiment(name)
+        return mlflow_client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except Exception:  # created concurrently by another process
         exp = mlflow_client.get_experiment_by_name(name)
         if exp is None:
@@ -100,16 +439,26 @@ def experiment_id(mlflow_client, name: str) -> str:
 
 
 def create_job_run(
-    mlflow_client, experiment: str, run_name: str, tags: dict[str, str], params: dict[str, str]
+    mlflow_client, experiment: str, run_name: str, tags: dict[str, str], params: dict[str, Any]
 ):
-    """Create the job's run with its tags and params (logged once, here). Returns the Run."""
-    from mlflow.entities import Param, RunTag
+    """Create the job's run with its tags and params (logged once, here). Returns the Run.
+
+    ``params`` are flat (``{"config.lr": 0.1}``, any keys and values): they go through
+    :func:`prepare_params`, with the renames and the params over :data:`MAX_PARAMS` in
+    the run's tags (and the artifact ``trainfactory/params.json`` when they do not fit);
+    tag values over 8,000 characters are cut (:func:`fit_tags`), the run name to 250
+    characters (unicode kept).
+    """
+    from mlflow.entities import RunTag
 
     exp_id = experiment_id(mlflow_client, experiment)
-    run = mlflow_client.create_run(exp_id, run_name=run_name, tags=tags)
-    items = [Param(k, v) for k, v in params.items()]
-    for i in range(0, len(items), 100):
-        mlflow_client.log_batch(run.info.run_id, params=items[i : i + 100])
+    prepared = prepare_params(params)
+    tags = fit_tags({**tags, **prepared.tags()})
+    run = mlflow_client.create_run(exp_id, run_name=run_name[:MAX_RUN_NAME], tags=tags)
+    log_params(mlflow_client, run.info.run_id, prepared.params)
+    if prepared.needs_artifact():
+        listing = {"renamed": prepared.renamed, "omitted": prepared.omitted}
+        mlflow_client.log_text(run.info.run_id, json.dumps(listing, indent=1), PARAMS_ARTIFACT)
     mlflow_client.log_batch(run.info.run_id, tags=[RunTag(TAG.STARTED, str(time.time()))])
     return mlflow_client.get_run(run.info.run_id)
 

@@ -25,13 +25,16 @@ class _Stopped(BaseException):
 
 
 def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
-    """The job's metadata (spec, ids, URIs) and its training function."""
+    """The job's metadata (spec, ids, URIs) and its training function; ``meta["config"]``
+    is the config exactly as given (``config.pkl``) when the payload has it."""
     base = Path(importlib.import_module(module_name).__file__).parent
     meta = json.loads((base / "job.json").read_text())
     check_interpreter(meta.get("client"))
     import cloudpickle
 
     fn = cloudpickle.loads((base / "function.pkl").read_bytes())
+    if (base / "config.pkl").is_file():
+        meta["config"] = cloudpickle.loads((base / "config.pkl").read_bytes())
     return meta, fn
 
 

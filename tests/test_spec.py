@@ -13,8 +13,8 @@ def test_defaults_and_params():
     assert spec.experiment == "trainfactory"
     params = spec.params()
     assert params["workers"] == "3"
-    assert params["config.lr"] == "0.1"
-    assert params["config.model.layers"] == "2"
+    assert params["config.lr"] == 0.1  # values as given: tracking.prepare_params renders them
+    assert params["config.model.layers"] == 2
 
 
 @pytest.mark.parametrize(

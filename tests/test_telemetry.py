@@ -12,6 +12,7 @@ import random
 import re
 
 import pytest
+from mlflow.utils.validation import _validate_metric_name
 
 from jupyter_trainfactory.telemetry.flops import flops_per_token, lookup_peak, mfu
 from jupyter_trainfactory.telemetry.keys import KeyMapper, clean_key, to_float
@@ -523,9 +524,10 @@ def test_clean_key_long():
     key = "k" * 300
     out = clean_key(key)
     assert len(out) == 250
-    assert re.fullmatch(r"k{241}~[0-9a-f]{8}", out)
-    # 241 kept characters + "~" + 8 hex digits of the SHA-1 of the raw key = 250
-    assert out == "k" * 241 + "~" + hashlib.sha1(key.encode()).hexdigest()[:8]
+    assert re.fullmatch(r"k{241}-[0-9a-f]{8}", out)
+    # 241 kept characters + "-" + 8 hex digits of the SHA-1 of the raw key = 250
+    assert out == "k" * 241 + "-" + hashlib.sha1(key.encode()).hexdigest()[:8]
+    _validate_metric_name(out)  # MLflow accepts it
     assert clean_key(key) == out  # the same input maps the same way
     other = "k" * 299 + "j"  # same first 250 (and 299) characters
     assert clean_key(other) != out

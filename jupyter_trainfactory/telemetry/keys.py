@@ -25,8 +25,8 @@ def clean_key(key: Any) -> str:
     or ``..`` segments become ``_`` or ``__`` (MLflow refuses names a path normalization
     would change).
 
-    A key longer than 250 characters keeps its first 241 and ends with ``~`` and 8 hex
-    digits of the SHA-1 of the original key, so two long keys that share a prefix stay
+    A key longer than 250 characters keeps its first 241 and ends with ``-`` and 8 hex
+    digits of the SHA-1 of the original key (MLflow refuses ``~`` in names), so two long keys that share a prefix stay
     distinct and the same key always maps to the same result.
     """
     text = str(key)
@@ -41,7 +41,7 @@ def _fit(key: str, original: str) -> str:
     if len(key) <= MAX_KEY_LENGTH:
         return key
     digest = hashlib.sha1(original.encode()).hexdigest()[:8]
-    return key[: MAX_KEY_LENGTH - 9].rstrip("/") + "~" + digest
+    return key[: MAX_KEY_LENGTH - 9].rstrip("/") + "-" + digest
 
 
 def to_float(value: Any) -> float | None:
