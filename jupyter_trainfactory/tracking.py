@@ -402,9 +402,14 @@ def log_params(mlflow_client, run_id: str, params: Mapping[str, str]) -> None:
 
 
 def fit_tags(tags: Mapping[str, Any]) -> dict[str, str]:
-    """Tag values as text of at most 8,000 characters (:func:`fit_text`)."""
+    """Tags MLflow accepts: keys through ``telemetry.keys.clean_key`` (a valid key is
+    unchanged; ``trainfactory.data.données`` becomes ``trainfactory.data.donn_es``),
+    values as text of at most 8,000 characters (:func:`fit_text`)."""
+    from .telemetry.keys import clean_key
+
     return {
-        k: fit_text(v if isinstance(v, str) else str(v), MAX_TAG_VALUE) for k, v in tags.items()
+        clean_key(k): fit_text(v if isinstance(v, str) else str(v), MAX_TAG_VALUE)
+        for k, v in tags.items()
     }
 
 

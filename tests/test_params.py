@@ -183,12 +183,13 @@ def store(tmp_path_factory):
 def test_renames_that_do_not_fit_a_tag_are_listed_in_an_artifact(store, tmp_path):
     client = store[0]
     flat = tracking.flatten_config({f"p({i})": i for i in range(2000)}, "config")
-    tags = {TAG.JOB_ID: "tf-00000000", TAG.ERROR: "Traceback\n" * 2000}
+    tags = {TAG.JOB_ID: "tf-0", TAG.ERROR: "Traceback\n" * 2000, f"{TAG.DATA}données": "{}"}
     run = tracking.create_job_run(client, "t", "ünïcode run " + "r" * 400, tags, flat)
     assert len(run.data.params) == tracking.MAX_PARAMS
     assert run.data.params["config.p_0_"] == "0"
     assert run.info.run_name == ("ünïcode run " + "r" * 400)[:250]
     assert len(run.data.tags[TAG.ERROR]) == MAX_TAG_VAL_LENGTH
+    assert run.data.tags[f"{TAG.DATA}donn_es"] == "{}"  # an identifier MLflow refuses
     shown = json.loads(run.data.tags[TAG.RENAMED_PARAMS])
     assert len(run.data.tags[TAG.RENAMED_PARAMS]) <= MAX_TAG_VAL_LENGTH
     assert shown["config.p(0)"] == "config.p_0_" and "more in" in shown["..."]
