@@ -129,6 +129,7 @@ class RunRecorder:
         self._keys = KeyMapper()
         self._renamed_written = 0
         self._last_step: dict[str, int] = {}
+        self._recent: dict[str, deque] = {}  # key -> its last points (step, value, ms)
         self._reports = 0
         self._last_report_step = -1
         self._last_report_time: float | None = None
@@ -304,8 +305,11 @@ class RunRecorder:
                 self._checkpoint_step = step
                 self._add_user("checkpoint/step", step, step, now)
                 values = {k: to_float(v) for k, v in rank0.items() if k not in RESERVED_KEYS}
+                # the checkpoint's metrics as the run holds them at this step (value and
+                # time): written again with the model's id, MLflow keeps the run's one
+                # point (a key from trainfactory.log and save_checkpoint: each step once)
                 metrics = {
-                    self._keys(k): v
+                    self._keys(k): self._written_at(self._keys(k), step, v, now)
                     for k, v in values.items()
                     if v is not None and math.isfinite(v)
                 }
@@ -1178,8 +1182,19 @@ class RunRecorder:
             return  # first write wins
         self._last_step[mapped] = step
         self._push(self._user, mapped, number, int(wall_time * 1000), step)
+        self._recent.setdefault(mapped, deque(maxlen=64)).append(
+            (step, number, int(wall_time * 1000))
+        )
         if len(self._user) + len(self._system) > self._max_queued:
             self._bound()
+
+    def _written_at(self, key: str, step: int, value: float, now: float) -> tuple[float, int]:
+        """``(value, time in ms)`` of ``key``'s point at ``step`` as written to the run (one
+        of its last 64), else ``(value, now)``. Called under the lock."""
+        for at, number, ts in reversed(self._recent.get(key, ())):
+            if at == step:
+                return number, ts
+        return value, int(now * 1000)
 
     @staticmethod
     def _push(queue: deque, key: str, value: float, ts: int, step: int) -> None:
@@ -1268,8 +1283,9 @@ class RunRecorder:
                 )
                 self._checkpoint_models[0] = (step, path, when, metrics, model)
             self._client.log_outputs(self.run_id, [LoggedModelOutput(model.model_id, step)])
-            ms = int(when * 1000)
-            points = [Metric(k, v, ms, step, model_id=model.model_id) for k, v in metrics.items()]
+            points = [
+                Metric(k, v, ts, step, model_id=model.model_id) for k, (v, ts) in metrics.items()
+            ]
             if points:
                 self._client.log_batch(self.run_id, metrics=points[:MAX_BATCH_METRICS])
             self._client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)

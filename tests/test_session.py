@@ -255,3 +255,27 @@ def test_a_rank_that_does_not_reach_the_stop_point_is_named():
     rec._check_stop_wait(now + 31)  # at least 30 s
     assert rec.stop_status()["waiting"] == "stopping: waiting for rank 1 at step 11"
     assert rec._tags["trainfactory.reason"] == "stopping: waiting for rank 1 at step 11"
+
+
+def test_a_key_from_log_and_save_checkpoint_is_written_once_per_step(tmp_path):
+    from mlflow import MlflowClient
+
+    from ray_backend.recorder import RunRecorder
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("t", artifact_location=str(tmp_path / "artifacts"))
+    run_id = client.create_run(exp).info.run_id
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    # trainfactory.log's point at step 10 arrives first, then save_checkpoint's report
+    rec.worker_batch(0, {"points": [["loss", 0.5, 10, 1_000.0]]})
+    rec.report([{"loss": 0.5, "step": 10}, {"step": 10}], "/ckpt/10", 1_000.2)
+    # the report first, then the logged point (dropped: first write wins)
+    rec.report([{"loss": 0.25, "step": 20}, {"step": 20}], "/ckpt/20", 1_001.0)
+    rec.worker_batch(0, {"points": [["loss", 0.25, 20, 1_001.1]]})
+    rec.flush()
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+    assert loss == [(10, 0.5), (20, 0.25)]
+    models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
+    assert sorted((x.step, x.value) for m in models for x in m.metrics) == loss
