@@ -33,8 +33,8 @@ const STATES = [
 /**
  * The table's columns, in order. A column of `level` 0 shows at any width; the others
  * show from the panel width that style/index.css gives their level (a container query
- * on the panel), so the sidebar at its default width shows Job, State, Step and the
- * actions, and a wide sidebar or the main area shows them all.
+ * on the panel), so the sidebar at its default width (250 px) shows Job, State (with
+ * the step beneath it) and the actions, and a wide sidebar or the main area shows them all.
  */
 export interface IColumn {
   key: string;
@@ -49,7 +49,8 @@ export const MAX_LEVEL = 4;
 export const COLUMNS: IColumn[] = [
   { key: 'job', label: 'Job', level: 0 },
   { key: 'state', label: 'State', level: 0 },
-  { key: 'step', label: 'Step', level: 0, title: 'latest reported step' },
+  // Below level 1 the step shows under the state (.jp-tf-step-under).
+  { key: 'step', label: 'Step', level: 1, title: 'latest reported step' },
   { key: 'throughput', label: 'Throughput', level: 1 },
   {
     key: 'util',
@@ -441,6 +442,11 @@ export class JobsPanel extends Widget {
     );
     badge.title = job.detail || job.state;
     state.append(badge);
+    if (job.step !== null) {
+      state.append(
+        el('div', 'jp-tf-step-under', `step ${formatCount(job.step)}`)
+      );
+    }
     const history = job.history || [];
     row.append(
       name,

@@ -180,7 +180,12 @@ describe('JobsPanel', () => {
       cells.map(td => td.className.split(' ').slice(0, 2).join(' '))
     ).toEqual(COLUMNS.map(c => columnClass(c.key)));
     const always = COLUMNS.filter(c => c.level === 0).map(c => c.key);
-    expect(always).toEqual(['job', 'state', 'step', 'actions']);
+    expect(always).toEqual(['job', 'state', 'actions']);
+    // Where the step column is hidden, the step shows under the state.
+    expect(
+      panel.node.querySelector('.jp-tf-col-state .jp-tf-step-under')!
+        .textContent
+    ).toBe('step 120');
     expect(COLUMNS[COLUMNS.length - 1].key).toBe('actions');
   });
 
@@ -223,6 +228,7 @@ describe('JobsPanel', () => {
     expect(css).toMatch(
       /\.jp-tf-col-actions \{\s*position: sticky;\s*right: 0;/
     );
+    expect(css).toMatch(/\.jp-tf-button\[hidden\] \{\s*display: none;/);
   });
 
   it('offers "open in the main area" only once it is wired', async () => {

@@ -4,7 +4,7 @@ import type { Locator, Page } from '@playwright/test';
 /** The job tests/test_panel_browser.py launched before starting this server. */
 const JOB = process.env.TF_JOB_ID ?? '';
 
-/** Every column's key (panel.ts COLUMNS), and those shown at any width. */
+/** Every column's key (panel.ts COLUMNS), and those shown at the sidebar's default width. */
 const ALL = [
   'job',
   'state',
@@ -21,7 +21,7 @@ const ALL = [
   'elapsed',
   'actions'
 ];
-const NARROW = ['job', 'state', 'step', 'actions'];
+const NARROW = ['job', 'state', 'actions'];
 
 /** The keys of the columns the panel shows (its header cells that are visible). */
 async function shownColumns(panel: Locator): Promise<string[]> {
@@ -83,16 +83,19 @@ test('the panel shows a running job and stops it', async ({
   const state = row.locator('.jp-tf-state');
   await expect(state).toHaveText('RUNNING', { timeout: 120000 });
 
-  // The sidebar at its default width: Job, State, Step and the actions, all in view.
+  // The sidebar at its default width: Job, State (the step beneath it) and the actions,
+  // all in view.
   const defaultWidth = (await panel.boundingBox())!.width;
   console.log(`the sidebar's default width: ${defaultWidth} px`);
   expect(defaultWidth).toBeLessThan(400);
   expect(await shownColumns(panel)).toEqual(NARROW);
   await expectReachable(panel, row.locator('button[data-action="stop"]'));
   await expectReachable(panel, row.locator('a[data-action="mlflow"]'));
-  await expect(row.locator('td.jp-tf-col-step')).not.toHaveText('-', {
-    timeout: 120000
-  });
+  await expect(row.locator('.jp-tf-col-state .jp-tf-step-under')).toHaveText(
+    /^step \d/,
+    { timeout: 120000 }
+  );
+  await expect(panel.locator('button[data-action="open-main"]')).toBeVisible();
   await panel.screenshot({ path: testInfo.outputPath('panel-default.png') });
 
   // Widened, as a user would: every column, the actions still at the right edge.
@@ -106,10 +109,9 @@ test('the panel shows a running job and stops it', async ({
     'href',
     /trainfactory\/proxy\/mlflow\/#\/experiments\/\d+\/runs\/[0-9a-f]+$/
   );
+  await expect(row.locator('td.jp-tf-col-step')).toHaveText(/^\d/);
+  await expect(row.locator('.jp-tf-step-under')).toBeHidden();
   await expectReachable(panel, row.locator('button[data-action="stop"]'));
-  await expect(
-    row.locator('button[data-action="stop"] .jp-tf-label')
-  ).toBeVisible();
   await panel.screenshot({ path: testInfo.outputPath('panel-wide.png') });
 
   // Opened in the main area (the sidebar back at its default width): every column.
@@ -127,6 +129,11 @@ test('the panel shows a running job and stops it', async ({
     main.locator(`tr[data-job-id="${JOB}"] .jp-tf-state`)
   ).toHaveText('RUNNING');
   expect(await shownColumns(main)).toEqual(ALL);
+  console.log(`the main area's width: ${(await main.boundingBox())!.width} px`);
+  await expect(main.locator('button[data-action="open-main"]')).toBeHidden();
+  await expect(
+    main.locator(`tr[data-job-id="${JOB}"] [data-action="stop"] .jp-tf-label`)
+  ).toHaveText('Stop');
   await main.screenshot({ path: testInfo.outputPath('panel-main.png') });
   await page.screenshot({ path: testInfo.outputPath('lab-main.png') });
 
