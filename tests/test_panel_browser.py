@@ -94,7 +94,7 @@ def _check_in_browser(lab, port, env, bin_dir, log):
     the main area and stops the job from the sidebar at its default width."""
     _wait_http(f"http://127.0.0.1:{port}/lab", lab, 120, log)
     ui = subprocess.run(
-        [str(bin_dir / "jlpm"), "playwright", "test"],
+        [str(bin_dir / "jlpm"), "playwright", "test", "tests/panel.spec.ts"],
         cwd=UI_TESTS,
         env=env,
         capture_output=True,
