@@ -766,6 +766,7 @@ class RunRecorder:
             since = stop.setdefault("reached", now)
         if not behind:
             if stop.pop("waiting", None):
+                stop.pop("waiting_since", None)
                 self._tags["trainfactory.stop.waiting"] = ""
             return
         if now - since < max(30.0, 3 * self._max_gap):
@@ -951,8 +952,15 @@ class RunRecorder:
                 for a in self._attempts
             ]
             progress, saves = list(self._progress), list(self._saves)
+            waiting = (self._stop or {}).get("waiting_since") if self._stop else None
         return account(
-            min(self._submitted, now), now, attempts, progress, saves, resumed=self._resume > 0
+            min(self._submitted, now),
+            now,
+            attempts,
+            progress,
+            saves,
+            resumed=self._resume > 0,
+            stop_wait_from=waiting,
         )
 
     def finish(

@@ -44,6 +44,7 @@ def test_one_failure_restored_from_the_last_checkpoint():
             "wasted_progress": 5.5,  # 32-37.5: after the checkpoint, lost
             "infrastructure_recovery": 7.5,  # 37.5-45
             "preemption": 0.0,
+            "stop_wait": 0.0,
             "other": 5.0,  # 65-70 after the last step
         }
     )
@@ -96,6 +97,7 @@ def test_two_failures_a_preemption_and_slow_checkpoints():
             "wasted_progress": 2.0 + 4.0,  # 24-26, 35-39
             "infrastructure_recovery": 4.0,  # 26-30
             "preemption": 11.0,  # 39-50
+            "stop_wait": 0.0,
             "other": 2.0,  # 68-70
         }
     )

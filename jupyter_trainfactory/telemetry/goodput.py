@@ -17,6 +17,8 @@ Categories (seconds):
 - ``wasted_progress``: work after the last checkpoint saved before a failure, lost to it;
 - ``checkpoint_save``: checkpoint saves inside kept work;
 - ``data_loading``: time waiting for data inside kept work;
+- ``stop_wait``: a graceful stop that could not complete, from when it was found waiting
+  for a rank (``stopping: waiting for rank R at step S``) to the end;
 - ``other``: what is left (after the last step of the final attempt: teardown, the last
   report).
 
@@ -57,6 +59,7 @@ BADPUT_CATEGORIES = (
     "wasted_progress",
     "infrastructure_recovery",
     "preemption",
+    "stop_wait",
     "other",
 )
 #: Short codes of the categories in ``Goodput.timeline()`` (kept short for the tag limit).
@@ -69,6 +72,7 @@ CATEGORY_CODES = {
     "wasted_progress": "wp",
     "infrastructure_recovery": "ir",
     "preemption": "pe",
+    "stop_wait": "sw",
     "other": "ot",
 }
 #: Run tag holding ``json.dumps(Goodput.timeline())``, kept under 5,000 characters: the
@@ -383,6 +387,7 @@ def account(
     steps: Sequence[Step],
     checkpoints: Sequence[CheckpointSave] = (),
     resumed: bool = False,
+    stop_wait_from: float | None = None,
 ) -> Goodput:
     """Split ``[submitted, ended]`` into goodput and badput categories.
 
@@ -408,6 +413,9 @@ def account(
     resumed : bool
         The job was resumed (``%train resume``): submission to the first attempt's start
         is still ``startup`` (scheduling), the rest of its setup ``checkpoint_restore``.
+    stop_wait_from : float, optional
+        When a graceful stop was found waiting for a rank that does not reach the stop
+        point: ``other`` time from then on is ``stop_wait``.
 
     Returns
     -------
@@ -470,7 +478,21 @@ def account(
             failures.append(
                 _failure_record(failed, attempt.detected_at, end, attempt.kind, mine, steps, saves)
             )
+    if stop_wait_from is not None:
+        segments = _relabel_after(segments, stop_wait_from, "other", "stop_wait")
     return _tally(submitted, ended, segments, failures)
+
+
+def _relabel_after(segments: list[Segment], t: float, old: str, new: str) -> list[Segment]:
+    """``segments`` with the part of each ``old`` segment after ``t`` made ``new``."""
+    out: list[Segment] = []
+    for seg in segments:
+        if seg.category != old or seg.end <= t:
+            _add(out, seg.start, seg.end, seg.category)
+        else:
+            _add(out, seg.start, max(seg.start, t), old)
+            _add(out, max(seg.start, t), seg.end, new)
+    return out
 
 
 def _failure_record(
