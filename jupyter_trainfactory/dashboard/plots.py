@@ -181,6 +181,17 @@ class PlotGrid:
         self.sources[plot_id] = {"": cds}
         self._add(plot_id, fig)
 
+    def refresh(self) -> None:
+        """Rebuild each widget's render bundle from its figure as it is now, so that a view
+        made later (a browser tab reloaded while the kernel lives) draws every point."""
+        for plot_id, view in self.views.items():
+            fig = self.figures[plot_id]
+            # the browser syncs the ranges it computed back (start and end): a bundle
+            # with them would freeze the view at those; None lets it range over the data
+            for data_range in (fig.x_range, fig.y_range):
+                data_range.start = data_range.end = None
+            view.update_from_model(fig)
+
     def close(self) -> None:
         for view in self.views.values():
             view.close()

@@ -193,6 +193,9 @@ class JobDashboard(widgets.VBox):
             self._render_plots(new)
             self._render_text()
         if self.model.finished:
+            if not self._ended.is_set():
+                for grid in (self._user, self._system, self._cost):
+                    grid.refresh()
             self._ended.set()
             self._publish_summary()
         else:

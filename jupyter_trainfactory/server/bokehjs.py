@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from tornado import web
 
-__all__ = ["BOKEHJS_FILES", "BokehJSHandler", "bokehjs_dir", "bokehjs_info"]
+__all__ = ["BOKEHJS_FILES", "BokehJSHandler", "BokehJSInfoHandler", "bokehjs_dir", "bokehjs_info"]
 
 #: What the page loads, in order (core first): bokeh's own INLINE set less mathjax.
 BOKEHJS_FILES = ("bokeh.min.js", "bokeh-gl.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js")
@@ -39,27 +39,28 @@ def bokehjs_info() -> dict[str, object]:
     }
 
 
-class BokehJSHandler(JupyterHandler, web.StaticFileHandler):
-    """Serves the files of :func:`bokehjs_dir` to authenticated users, cached by version.
+class BokehJSInfoHandler(APIHandler):
+    """``GET trainfactory/bokehjs/``: :func:`bokehjs_info` as JSON (what the page loads)."""
 
-    ``GET trainfactory/bokehjs/`` (no file) answers :func:`bokehjs_info` as JSON.
-    """
+    @web.authenticated
+    def get(self) -> None:
+        self.finish(bokehjs_info())
+
+
+class BokehJSHandler(JupyterHandler, web.StaticFileHandler):
+    """``GET trainfactory/bokehjs/<file>``: one of :data:`BOKEHJS_FILES` from
+    :func:`bokehjs_dir`, to authenticated users, cached for good (the URL has the version)."""
 
     def initialize(self) -> None:
         web.StaticFileHandler.initialize(self, path=str(bokehjs_dir()))
 
     @web.authenticated
-    async def get(self, path: str = "", include_body: bool = True) -> None:
-        if not path:
-            self.set_header("Content-Type", "application/json")
-            self.finish(bokehjs_info())
-            return
+    async def get(self, path: str, include_body: bool = True) -> None:
         if path not in BOKEHJS_FILES:
             raise web.HTTPError(404, f"{path!r} is not one of the BokehJS files served here.")
         await web.StaticFileHandler.get(self, path, include_body)
 
     def set_extra_headers(self, path: str) -> None:
-        # the URL carries bokeh's version (?v=), so the file can be cached for good
         self.set_header("Cache-Control", "max-age=31536000, immutable")
 
     def compute_etag(self) -> str | None:

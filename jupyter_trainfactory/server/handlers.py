@@ -19,7 +19,7 @@ from tornado import web
 from ..jobs import JobNotFound
 from ..services import ServiceError
 from ..spec import SpecError
-from .bokehjs import BokehJSHandler
+from .bokehjs import BokehJSHandler, BokehJSInfoHandler
 from .manager import ServiceUnavailable, TrainingJobsManager
 from .proxy import ServiceProxyHandler
 
@@ -148,7 +148,8 @@ ROUTES: list[tuple[str, type]] = [
     (r"services/?", ServicesHandler),
     (r"services/start/?", StartServicesHandler),
     (r"proxy/(mlflow|ray)(/.*)?", ServiceProxyHandler),
-    (r"bokehjs/?(.*)", BokehJSHandler),
+    (r"bokehjs/?", BokehJSInfoHandler),
+    (r"bokehjs/(.+)", BokehJSHandler),
 ]
 
 

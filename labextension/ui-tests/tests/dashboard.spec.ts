@@ -1,0 +1,97 @@
+import { expect, test } from '@jupyterlab/galata';
+import type { Page } from '@playwright/test';
+import * as path from 'path';
+
+import { browserPoints, expectLiveDashboard } from './dashboard-helpers';
+
+/**
+ * The job dashboard in a real browser, as a user sees it. tests/test_dashboard_browser.py
+ * writes the notebooks into the server's root and starts the server; no CDN is reachable.
+ *
+ * dashboard-lab.ipynb: 0 defines `falling_loss` and `config`, 1 launches it, 2 waits for
+ * it, 3 attaches to it again.
+ */
+const LAB_NOTEBOOK = 'dashboard-lab.ipynb';
+/** Where tests/test_dashboard_browser.py wrote them; each test uploads its own copy. */
+const SOURCES = process.env.TF_NOTEBOOKS ?? '.';
+
+/** Upload `name` into this test's server folder; return its path on the server. */
+async function upload(
+  page: Page,
+  tmpPath: string,
+  name: string
+): Promise<string> {
+  const target = `${tmpPath}/${name}`;
+  expect(await page.contents.uploadFile(path.join(SOURCES, name), target)).toBe(
+    true
+  );
+  return target;
+}
+
+// the notebooks stay on the server: tests/test_dashboard_browser.py reads the saved one
+test.use({ serverFiles: 'on' });
+
+test.describe('job dashboard in JupyterLab', () => {
+  test.setTimeout(600_000); // a job's start takes minutes on a loaded 2-core machine
+  test('draws live offline, and again after a reload and an attach', async ({
+    page,
+    tmpPath
+  }, testInfo) => {
+    const messages: string[] = [];
+    const offsite: string[] = [];
+    page.on('console', m => messages.push(m.text()));
+    page.on('request', r => {
+      if (!new URL(r.url()).hostname.match(/^(127\.0\.0\.1|localhost)$/)) {
+        offsite.push(r.url());
+      }
+    });
+    await page.notebook.openByPath(await upload(page, tmpPath, LAB_NOTEBOOK));
+    await page.notebook.activate(LAB_NOTEBOOK);
+    expect(
+      await page.evaluate(() => (window as any).Bokeh?.version)
+    ).toBeTruthy();
+    await page.notebook.runCell(0);
+    await page.notebook.runCell(1);
+    const output = page.locator('.jp-Cell').nth(1).locator('.jp-OutputArea');
+    await expectLiveDashboard(output, name =>
+      output.screenshot({ path: testInfo.outputPath(`dashboard-${name}.png`) })
+    );
+    expect(messages.join('\n')).not.toContain('Failed to create view');
+    // the static summary is there, and hidden while the live widget shows
+    await expect(output.locator('.trainfactory-summary')).toHaveCount(1);
+    await expect(output.locator('.trainfactory-summary')).toBeHidden();
+    await page.notebook.runCell(2); // job.wait(): the notebook is up to date
+    await page.notebook.save();
+
+    // a reloaded tab: the kernel lives on; attach draws the history with its points
+    await page.reload();
+    await page.waitForSelector('.jp-NotebookPanel');
+    await page.notebook.activate(LAB_NOTEBOOK);
+    await page.notebook.runCell(3);
+    const attached = page.locator('.jp-Cell').nth(3).locator('.jp-OutputArea');
+    await expect(attached.locator('.bk-Canvas canvas').first()).toBeVisible({
+      timeout: 60_000
+    });
+    await expect(attached).toContainText('SUCCEEDED');
+    await expect.poll(() => browserPoints(page)).toBeGreaterThan(10);
+    await attached.screenshot({
+      path: testInfo.outputPath('dashboard-attach.png')
+    });
+    await page.notebook.save();
+
+    // without its kernel (reopened later, or shared), the cell keeps the summary
+    await page.menu.clickMenuItem('Kernel>Shut Down Kernel');
+    await page.reload();
+    await page.waitForSelector('.jp-NotebookPanel');
+    const kept = page
+      .locator('.jp-Cell')
+      .nth(1)
+      .locator('.trainfactory-summary');
+    await expect(kept).toBeVisible({ timeout: 60_000 });
+    await expect(kept).toContainText('SUCCEEDED');
+    await expect(kept.locator('img').first()).toBeVisible();
+    await kept.screenshot({
+      path: testInfo.outputPath('dashboard-summary.png')
+    });
+  });
+});
