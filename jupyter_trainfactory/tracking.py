@@ -161,7 +161,7 @@ def _array_digest(value: Any) -> str:
     """SHA-256 (16 hex digits) of an array's dtype, shape and bytes; "" when unavailable
     (a GPU tensor, a dtype numpy lacks, more than 256 MiB)."""
     np = sys.modules.get("numpy")
-    if np is None:
+    if np is None or (getattr(value, "nbytes", 0) or 0) > _MAX_DIGEST_BYTES:
         return ""
     try:
         if hasattr(value, "detach"):  # a torch tensor: only one already in host memory

@@ -216,6 +216,31 @@ def test_experiments_open_in_the_model_training_view(store):
     assert len(client.get_experiment(exp).name) == 256
 
 
+def test_the_driver_gets_the_config_as_given(monkeypatch):
+    from jupyter_trainfactory import jobs
+    from ray_backend.driver import load_payload
+
+    config = {(1, 2): np.arange(3), 7: {"t": torch.ones(2)}, "api_token": "s3cret"}
+    payload = jobs._payload_dir("tf-0000c0f1", len, None, config)
+    meta = {"job_id": "tf-0000c0f1", "config": tracking.json_safe(config)}
+    (payload / "job.json").write_text(json.dumps(meta))
+    monkeypatch.syspath_prepend(str(payload.parent))
+    got, fn = load_payload(payload.name)
+    assert fn is len and list(got["config"]) == [(1, 2), 7, "api_token"]
+    assert np.array_equal(got["config"][(1, 2)], config[(1, 2)])
+    assert torch.equal(got["config"][7]["t"], config[7]["t"])
+
+    class _Artifacts:
+        def log_artifacts(self, run_id, local_dir, artifact_path):
+            self.files = sorted(p.name for p in Path(local_dir).iterdir())
+
+    sent = _Artifacts()
+    jobs._log_payload(sent, "r", payload, {"redacted": ["config.api_token"]})
+    assert jobs.CONFIG_FILE not in sent.files and "job.json" in sent.files  # no secret sent
+    jobs._log_payload(sent, "r", payload, {"redacted": []})
+    assert jobs.CONFIG_FILE in sent.files  # a resume from another machine finds it
+
+
 @pytest.mark.job
 @pytest.mark.timeout(240)
 def test_a_job_with_any_config_runs_and_gets_it_unchanged(manager, mlflow_client, tmp_path):
