@@ -264,3 +264,37 @@ async def test_list_get_stop_and_resume_a_real_job(services, jp_fetch, jp_base_u
         assert job.manager._mlflow.get_run(job.run_id).info.status == "KILLED"
     finally:
         job.stop(now=True)
+
+
+async def test_bokehjs_comes_from_the_installed_bokeh(jp_fetch, jp_base_url):
+    """What the front-end plugin loads (labextension/src/bokeh.ts): bokeh's own files."""
+    import os
+
+    import bokeh
+
+    from jupyter_trainfactory.server.bokehjs import bokehjs_dir
+    from jupyter_trainfactory.server.links import BASE_URL_ENV
+
+    info = await _json(jp_fetch, "bokehjs")
+    assert info["version"] == bokeh.__version__ and info["files"][0] == "bokeh.min.js"
+    core = await jp_fetch("trainfactory", "bokehjs", "bokeh.min.js", params={"v": info["version"]})
+    assert core.body == (bokehjs_dir() / "bokeh.min.js").read_bytes()
+    assert "immutable" in core.headers["Cache-Control"]
+    other = await jp_fetch("trainfactory", "bokehjs", "bokeh-api.min.js", raise_error=False)
+    assert other.code == 404  # not one of the page's files
+    # the kernels this server starts inherit its base URL (the dashboard's proxied links)
+    assert os.environ[BASE_URL_ENV] == jp_base_url
+
+
+def test_run_links_go_through_the_proxy_only_for_its_mlflow(monkeypatch):
+    from jupyter_trainfactory.server.links import BASE_URL_ENV, proxied_run_url
+
+    monkeypatch.delenv(BASE_URL_ENV, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.internal:5000")
+    assert proxied_run_url("http://mlflow.internal:5000", "3", "abc") is None  # no Jupyter
+    monkeypatch.setenv(BASE_URL_ENV, "/user/alice/")
+    assert (
+        proxied_run_url("http://mlflow.internal:5000/", "3", "abc")
+        == "/user/alice/trainfactory/proxy/mlflow/#/experiments/3/runs/abc"
+    )
+    assert proxied_run_url("http://other:5000", "3", "abc") is None  # not what it proxies

@@ -186,10 +186,11 @@ class PlotGrid:
         made later (a browser tab reloaded while the kernel lives) draws every point."""
         for plot_id, view in self.views.items():
             fig = self.figures[plot_id]
-            # the browser syncs the ranges it computed back (start and end): a bundle
-            # with them would freeze the view at those; None lets it range over the data
-            for data_range in (fig.x_range, fig.y_range):
-                data_range.start = data_range.end = None
+            # the browser syncs the ranges it computed back (start and end), and a bundle
+            # with them would freeze the view there: fresh ranges follow the data again
+            from bokeh.models import DataRange1d
+
+            fig.x_range, fig.y_range = DataRange1d(), DataRange1d()
             view.update_from_model(fig)
 
     def close(self) -> None:

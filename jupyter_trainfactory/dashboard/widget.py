@@ -31,6 +31,12 @@ _SYSTEM_ORDER = {"throughput": 0, "utilization": 1, "memory": 2, layout.STEP_SPL
 _TIME_AXIS, _STEP_AXIS = "elapsed (s)", "step"
 
 
+def _is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the tracking server did not answer (not a bug of ours)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return isinstance(exc, OSError) or bool(names & {"MlflowException", "RequestException"})
+
+
 class JobDashboard(widgets.VBox):
     """Live view of one job: the header line of numbers (state, step, throughput, MFU,
     checkpoint, goodput, cost), a plot per user metric, throughput, utilization and memory
@@ -232,8 +238,13 @@ class JobDashboard(widgets.VBox):
             except Exception as exc:  # tracking server briefly away: say so, back off
                 delay = min(delay * 2, 30.0)
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                what = (
+                    "tracking server unreachable"
+                    if _is_outage(exc)
+                    else f"the dashboard could not update ({type(exc).__name__})"
+                )
                 self._footer.value = (
-                    '<div style="color:#cf222e"><b>tracking server unreachable</b>'
+                    f'<div style="color:#cf222e"><b>{what}</b>'
                     f" ({html.escape(first[:200])}); the job goes on and its recorder queues"
                     f" the points; retrying in {delay:.0f} s.</div>"
                 )

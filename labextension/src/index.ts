@@ -1,4 +1,4 @@
-/** jupyter-trainfactory: the "Training jobs" side panel (plugin activation only). */
+/** jupyter-trainfactory: the "Training jobs" side panel and the BokehJS loader (plugin activation only). */
 
 import {
   ILayoutRestorer,
@@ -9,6 +9,7 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 
 import { labActions } from './actions';
 import { bokehPlugin } from './bokeh';
+import { addOpenInMainCommand } from './commands';
 import { serverAPI } from './api';
 import { trainfactoryIcon } from './icon';
 import { JobsModel } from './model';
@@ -36,6 +37,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.icon = trainfactoryIcon;
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, PANEL_ID);
+    addOpenInMainCommand(app, panel, palette, restorer);
     app.commands.addCommand(OPEN_COMMAND, {
       label: 'Show Training Jobs',
       caption: 'Open the side panel of training jobs',
