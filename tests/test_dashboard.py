@@ -1,5 +1,6 @@
 """The dashboard's model and widget against a real MLflow run, polled by hand (no timing)."""
 
+import base64
 import json
 import time
 
@@ -361,4 +362,64 @@ def test_projected_cost_to_the_target_step(run):
     client.set_tag(run_id, "trainfactory.target_steps", "100")
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
     assert "2.00 USD · 8.00 USD/h · 6.40 USD by step 100" in board._header.value
+    board.close()
+
+
+def test_the_users_metrics_come_first_then_throughput_and_devices_then_cost(run):
+    uri, client, run_id = run
+    values = {
+        "cost/usd": 0.01,
+        "cost/accelerator_hours": 0.0,
+        "cost/storage_usd": 5e-12,
+        "goodput/ettr": 0.5,
+        "loss": 0.7,
+        "train/samples_per_s": 900.0,
+        "val_accuracy": 0.8,
+        "system/n1/cpu_utilization": 55.0,
+        "system/n1/memory_used_mb": 2048.0,
+    }
+    client.log_batch(run_id, metrics=[Metric(k, v, 1000, 1) for k, v in values.items()])
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert board.plot_ids() == {
+        "user": ["loss", "val_accuracy"],
+        "system": ["throughput", "utilization", "memory"],
+        "cost": ["cost/usd", "goodput/ettr"],  # no plot of a flat 0 or of 5e-12 USD
+    }
+    assert [c for c in board.children if c.layout.display != "none"][:4] == [
+        board._header,
+        board._user.box,
+        board._system.box,
+        board._cost_box,
+    ]
+    label = {
+        p: f.xaxis[0].axis_label for g in (board._user, board._system) for p, f in g.figures.items()
+    }
+    assert label == {"loss": "step", "val_accuracy": "step", "throughput": "step"} | {
+        "utilization": "elapsed (s)",
+        "memory": "elapsed (s)",
+    }
+    assert board.source_of("memory", "n1 host").data["y"] == [2.0]  # GiB
+    board.close()
+
+
+def test_a_static_summary_when_the_job_ends_none_after_a_resume(run):
+    uri, client, run_id = run
+    _log(client, run_id, range(1, 21))
+    client.log_metric(run_id, "train/samples_per_s", 500.0, step=20)
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert board.summary() is None  # running
+    client.set_terminated(run_id, "FINISHED")
+    board.poll_once()
+    summary = board.summary()["text/html"]
+    assert f"trainfactory-summary-{board.uid}" in summary and "SUCCEEDED" in summary
+    assert summary.count("data:image/svg+xml;base64,") == 2  # loss and throughput
+    svg = base64.b64decode(summary.split("base64,")[1].split('"')[0]).decode()
+    assert svg.startswith("<svg") and ">loss</text>" in svg and "<polyline" in svg
+    assert "tf-0000abcd" in board.summary()["text/plain"]
+    # hidden while this widget shows, by its own marker
+    assert f".jp-OutputArea-child:has(.trainfactory-live-{board.uid})" in board._header.value
+    client.update_run(run_id, "RUNNING")
+    client.set_tag(run_id, TAG.STATE, "RUNNING")
+    board.poll_once()
+    assert board.summary() is None and not board.ended
     board.close()

@@ -143,27 +143,29 @@ class JobDashboard(widgets.VBox):
             f" ~ .jp-OutputArea-child:has(.trainfactory-summary-{self.uid}){{display:none}}</style>"
         )
 
+    def summary(self) -> dict[str, str] | None:
+        """The static summary's mime bundle (``text/html``, ``text/plain``) once the job has
+        ended: the final header and a picture per user metric and of the throughput, by
+        step; None while it runs."""
+        info = self.model.info
+        if info is None or not self.model.finished:
+            return None
+        series = self.model.series
+        curves = [(k, _STEP_AXIS, list(v)) for k, v in series.items() if layout.is_user_metric(k)]
+        rate = layout.throughput_key(series)
+        if rate:
+            curves.append((rate, _STEP_AXIS, list(series[rate])))
+        header = header_html(self.model, self._run_link())
+        html_text = summary_html(f"trainfactory-summary-{self.uid}", info.job_id, header, curves)
+        return self._summary_bundle(html_text)
+
     def _publish_summary(self) -> None:
         info = self.model.info
         key = (info.state, info.step, info.resumes) if info is not None else None
         if self._summary is None or key == self._summary_for:
             return
         self._summary_for = key
-        curves = [
-            (k, _STEP_AXIS, list(v))
-            for k, v in self.model.series.items()
-            if layout.is_user_metric(k)
-        ]
-        rate = layout.throughput_key(self.model.series)
-        if rate:
-            curves.append((rate, _STEP_AXIS, list(self.model.series[rate])))
-        html_text = summary_html(
-            f"trainfactory-summary-{self.uid}",
-            info.job_id,
-            header_html(self.model, self._run_link()),
-            curves,
-        )
-        self._summary.update(self._summary_bundle(html_text), raw=True)
+        self._summary.update(self.summary(), raw=True)
 
     def _retract_summary(self) -> None:
         if self._summary is not None and self._summary_for is not None:
