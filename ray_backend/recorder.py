@@ -42,6 +42,9 @@ RESERVED_KEYS = frozenset({"step", "samples", STOP_SEEN})
 #: first request of a flush has room for up to 100 tags.
 MAX_BATCH_METRICS = 900
 _MAX_TAGS = 100
+#: Points kept per key to tell an out-of-order point from a repeated one, and to give a
+#: checkpoint's LoggedModel the run's own point at its step.
+_RECENT_POINTS = 256
 _GPU_METRICS = ("utilization", "memory_used_mb", "power_w", "temperature_c", "sm_clock_mhz")
 
 
@@ -277,6 +280,7 @@ class RunRecorder:
         now = wall_time or time.time()
         rank0 = metrics_per_rank[0] if metrics_per_rank else {}
         with self._lock:
+            self._settle_restore(None)  # a plain loop's first report after a restore
             self._reports += 1
             raw_step = rank0.get("step")
             step = int(raw_step) if isinstance(raw_step, (int, float)) else self._reports
@@ -1186,11 +1190,19 @@ class RunRecorder:
                 self._nonfinite,
             )
             return
+        recent = self._recent.get(mapped)
         if step <= self._last_step.get(mapped, -1):
-            return  # first write wins
-        self._last_step[mapped] = step
+            # first write wins. A step below the last one is written only when it falls
+            # inside the key's recent points and is not among them: a worker's batch of
+            # earlier steps that arrives after a report's point at a later step
+            if not recent or step < min(at for at, _, _ in recent):
+                return
+            if any(at == step for at, _, _ in recent):
+                return
+        else:
+            self._last_step[mapped] = step
         self._push(self._user, mapped, number, int(wall_time * 1000), step)
-        self._recent.setdefault(mapped, deque(maxlen=64)).append(
+        self._recent.setdefault(mapped, deque(maxlen=_RECENT_POINTS)).append(
             (step, number, int(wall_time * 1000))
         )
         if len(self._user) + len(self._system) > self._max_queued:
@@ -1198,7 +1210,7 @@ class RunRecorder:
 
     def _written_at(self, key: str, step: int, value: float, now: float) -> tuple[float, int]:
         """``(value, time in ms)`` of ``key``'s point at ``step`` as written to the run (one
-        of its last 64), else ``(value, now)``. Called under the lock."""
+        of its last :data:`_RECENT_POINTS`), else ``(value, now)``. Called under the lock."""
         for at, number, ts in reversed(self._recent.get(key, ())):
             if at == step:
                 return number, ts

@@ -281,8 +281,12 @@ def test_a_key_from_log_and_save_checkpoint_is_written_once_per_step(tmp_path):
     # the report first, then the logged point (dropped: first write wins)
     rec.report([{"loss": 0.25, "step": 20}, {"step": 20}], "/ckpt/20", 1_001.0)
     rec.worker_batch(0, {"points": [["loss", 0.25, 20, 1_001.1]]})
+    # a late batch with the steps before a checkpoint: written, none lost, none twice
+    late = [["loss", 0.25, s, 1_000.5 + s / 100] for s in range(15, 21)]
+    rec.worker_batch(0, {"points": late})
+    rec.worker_batch(0, {"points": [["loss", 0.5, 10, 1_002.0], ["loss", 0.1, 2, 1_002.0]]})
     rec.flush()
     loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
-    assert loss == [(10, 0.5), (20, 0.25)]
+    assert loss == [(10, 0.5), *[(s, 0.25) for s in range(15, 21)]]
     models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
-    assert sorted((x.step, x.value) for m in models for x in m.metrics) == loss
+    assert sorted((x.step, x.value) for m in models for x in m.metrics) == [(10, 0.5), (20, 0.25)]

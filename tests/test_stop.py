@@ -169,7 +169,7 @@ def _after(client, run_id, key, t):
 def test_ddp_ranks_of_uneven_speed_stop_at_one_step_and_a_resume_goes_on(manager, mlflow_client):
     import random
 
-    steps = 600
+    steps = 400
     job = launch(
         train_fns.uneven_ddp_loop,
         workers=2,
