@@ -29,9 +29,9 @@ def _log(client, run_id, steps, key="loss"):
     client.log_batch(run_id, metrics=[Metric(key, 1.0 / s, 1000 + s, s) for s in steps])
 
 
-def test_points_grow_and_are_capped_at_rollover(run):
+def test_points_grow_and_thin_out_over_the_whole_run(run):
     uri, client, run_id = run
-    board = JobDashboard(source=RunSource(uri, run_id), rollover=5, start=False)
+    board = JobDashboard(source=RunSource(uri, run_id), max_points=3, start=False)
     model: DashboardModel = board.model
     assert model.series == {} and not board.polling
 
@@ -39,11 +39,11 @@ def test_points_grow_and_are_capped_at_rollover(run):
         _log(client, run_id, [step])
         client.log_metric(run_id, "system/node-1/cpu_utilization", 40.0 + step, step=step)
         assert board.poll_once() is True
-        assert len(model.series["loss"]) == min(step, 5)
-    assert [s for s, _ in model.series["loss"]] == [4, 5, 6, 7, 8]
+    # 7 points passed 2 x 3: every other one was dropped; the first step stays, the last too
+    assert [s for s, _ in model.series["loss"]] == [1, 3, 5, 7, 8]
     assert model.nodes["node-1"]["cpu_utilization"] == 48.0
     cds = board.source_of("loss")
-    assert len(cds.data["x"]) == 5  # the bokeh source rolls over too
+    assert list(cds.data["x"]) == [1, 3, 5, 7, 8]  # the bokeh source thins the same way
     # the node's CPU is a line of the utilization plot, by elapsed time
     assert len(board.source_of("utilization", "node-1 CPU").data["y"]) == 5
 
@@ -53,7 +53,9 @@ def test_points_grow_and_are_capped_at_rollover(run):
 
     client.set_tag(run_id, TAG.ERROR, "ValueError: boom")
     client.set_terminated(run_id, "FAILED")
-    assert board.poll_once() is False  # the job ended
+    assert board.poll_once() is False  # the job ended: the plots re-read the whole run
+    steps = list(board.source_of("loss").data["x"])
+    assert len(steps) == 6 and steps[0] == 1 and steps[-1] == 8 and steps == sorted(steps)
     assert model.info.state == "FAILED" and "ValueError: boom" in board._header.value
     assert board.ended
     board.close()
@@ -63,9 +65,10 @@ def test_attach_reads_history_once_downsampled(run):
     uri, client, run_id = run
     _log(client, run_id, range(1, 101))
     client.set_terminated(run_id, "FINISHED")
-    board = JobDashboard(source=RunSource(uri, run_id), rollover=10, start=False)
+    board = JobDashboard(source=RunSource(uri, run_id), max_points=10, start=False)
     steps = [s for s, _ in board.model.series["loss"]]
-    assert len(steps) == 10 and steps[-1] == 100 and steps == sorted(steps)
+    assert len(steps) == 20 and steps[-1] == 100 and steps == sorted(steps)  # 2 x max_points
+    assert list(board.source_of("loss").data["x"]) == steps
     assert board.model.info.state == "SUCCEEDED"
 
 

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from .. import tracking
 from ..jobs import TERMINAL_STATES, JobInfo, job_info, job_state
 
-__all__ = ["DEFAULT_ROLLOVER", "DashboardModel", "RunSource", "Snapshot", "history_keys"]
+__all__ = [
+    "DEFAULT_MAX_POINTS",
+    "DashboardModel",
+    "RunSource",
+    "Snapshot",
+    "history_keys",
+    "thin",
+]
 
-#: Points kept per plot; older points roll over (bokeh ``ColumnDataSource.stream``).
-DEFAULT_ROLLOVER = 500
+#: Points kept per plot line: a line that reaches twice as many keeps every other one
+#: (:func:`thin`), so a plot always spans the whole run, at a resolution that halves.
+DEFAULT_MAX_POINTS = 500
 #: ``system/`` series whose history is read on attach (utilization and memory, per device).
 HISTORY_SYSTEM_SUFFIXES = ("/utilization", "/cpu_utilization", "/memory_used_mb")
 #: At most this many ``system/`` histories are read on attach (a big cluster's devices).
@@ -53,6 +60,15 @@ class RunSource:
         return {k: tracking.metric_history(self.client, self.run_id, k, max_points) for k in keys}
 
 
+def thin(points: list, max_points: int) -> list:
+    """``points`` when they are at most ``2 * max_points``, else every other one (the first
+    and the last kept): about ``max_points`` points spread over the same span."""
+    if len(points) <= 2 * max_points:
+        return points
+    kept = points[::2]
+    return kept if (len(points) - 1) % 2 == 0 else [*kept, points[-1]]
+
+
 def history_keys(snap: Snapshot) -> list[str]:
     """The keys whose history :meth:`RunSource.history` reads on attach: every non-``system/``
     metric, and the first :data:`MAX_SYSTEM_HISTORIES` utilization and memory series."""
@@ -71,19 +87,20 @@ def history_keys(snap: Snapshot) -> list[str]:
 class DashboardModel:
     """What the dashboard shows.
 
-    ``series[key]`` holds at most ``rollover`` ``(step, value)`` points per user or
-    ``train/*`` metric; ``timeseries[key]`` at most ``rollover`` ``(time, value)`` points
+    ``series[key]`` holds the ``(step, value)`` points of a user or ``train/*`` metric;
+    ``timeseries[key]`` the ``(time, value)`` points
     per ``system/<node>/...`` metric (time in s since the epoch, from MLflow's timestamps);
     ``nodes[node][metric]`` the latest ``system/<node>/<metric>`` value (``metric`` is
     ``gpu0/utilization`` for a GPU); ``cluster[name]`` the latest ``system/cluster/<name>``
-    aggregate; ``tags`` the run's ``trainfactory.*`` tags. ``update`` returns, per series
+    aggregate; ``tags`` the run's ``trainfactory.*`` tags. Each series spans the whole run
+    with at most ``2 * max_points`` points (:func:`thin`). ``update`` returns, per series
     (``series`` and ``timeseries`` keys alike), the points that are new since the last call.
     """
 
-    rollover: int = DEFAULT_ROLLOVER
+    max_points: int = DEFAULT_MAX_POINTS
     info: JobInfo | None = None
-    series: dict[str, deque] = field(default_factory=dict)
-    timeseries: dict[str, deque] = field(default_factory=dict)
+    series: dict[str, list] = field(default_factory=dict)
+    timeseries: dict[str, list] = field(default_factory=dict)
     nodes: dict[str, dict[str, float]] = field(default_factory=dict)
     latest: dict[str, float] = field(default_factory=dict)
     cluster: dict[str, float] = field(default_factory=dict)
@@ -94,15 +111,11 @@ class DashboardModel:
     def finished(self) -> bool:
         return self.info is not None and self.info.state in TERMINAL_STATES
 
-    def _series(self, key: str) -> deque:
-        if key not in self.series:
-            self.series[key] = deque(maxlen=self.rollover)
-        return self.series[key]
+    def _series(self, key: str) -> list:
+        return self.series.setdefault(key, [])
 
-    def _timeseries(self, key: str) -> deque:
-        if key not in self.timeseries:
-            self.timeseries[key] = deque(maxlen=self.rollover)
-        return self.timeseries[key]
+    def _timeseries(self, key: str) -> list:
+        return self.timeseries.setdefault(key, [])
 
     @property
     def has_gpus(self) -> bool:
@@ -111,19 +124,32 @@ class DashboardModel:
             "/gpu" in key for key in self.timeseries
         )
 
+    def _append(self, table: dict[str, list], key: str, x: float, value: float) -> bool:
+        """Append ``(x, value)`` to ``table[key]`` when ``x`` is past its last point; thin."""
+        points = table.setdefault(key, [])
+        if points and x <= points[-1][0]:
+            return False
+        points.append((x, value))
+        if len(points) > 2 * self.max_points:
+            table[key] = thin(points, self.max_points)
+        return True
+
     def load_history(self, history: dict[str, list[tracking.MetricPoint]]) -> None:
         """Seed the plots with (downsampled) history, e.g. on ``%train attach``."""
         for key, points in history.items():
             if key.startswith("system/"):
-                ts = self._timeseries(key)
                 for p in sorted(points, key=lambda p: p.timestamp):
-                    if not ts or p.timestamp / 1000 > ts[-1][0]:
-                        ts.append((p.timestamp / 1000, p.value))
+                    self._append(self.timeseries, key, p.timestamp / 1000, p.value)
                 continue
-            series = self._series(key)
             for p in points:
-                if not series or p.step > series[-1][0]:
-                    series.append((p.step, p.value))
+                self._append(self.series, key, p.step, p.value)
+
+    def replace_history(self, history: dict[str, list[tracking.MetricPoint]]) -> None:
+        """Replace the step series of ``history``'s keys by it (the whole run, re-read)."""
+        for key, points in history.items():
+            self.series[key] = []
+            for p in points:
+                self._append(self.series, key, p.step, p.value)
 
     def update(self, snap: Snapshot) -> dict[str, list[tuple[int, float]]]:
         """Apply one snapshot; return the new points per series."""
@@ -139,16 +165,12 @@ class DashboardModel:
                     self.cluster[metric] = p.value
                     continue
                 self.nodes.setdefault(node, {})[metric] = p.value
-                ts = self._timeseries(p.key)
                 at = p.timestamp / 1000
-                if not ts or at > ts[-1][0]:
-                    ts.append((at, p.value))
+                if self._append(self.timeseries, p.key, at, p.value):
                     new.setdefault(p.key, []).append((at, p.value))
                 continue
             self.latest[p.key] = p.value
-            series = self._series(p.key)
-            if not series or p.step > series[-1][0]:
-                series.append((p.step, p.value))
+            if self._append(self.series, p.key, p.step, p.value):
                 new.setdefault(p.key, []).append((p.step, p.value))
         return new
 

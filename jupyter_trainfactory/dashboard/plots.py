@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import ipywidgets as widgets
 
+from .model import thin
+
 __all__ = ["PALETTE", "PlotGrid"]
 
 #: Line colours (Bokeh's Category10), cycled per line of a multi-line plot.
@@ -74,8 +76,8 @@ class PlotGrid:
     source, line ``""``, with a column per part).
     """
 
-    def __init__(self, rollover: int, min_width_px: int = 320, rank=None):
-        self.rollover = rollover
+    def __init__(self, max_points: int, min_width_px: int = 320, rank=None):
+        self.max_points = max_points
         self._rank = rank or (lambda plot_id: 0)
         self.box = widgets.GridBox(
             layout=widgets.Layout(
@@ -121,7 +123,7 @@ class PlotGrid:
         xs, ys = [p[0] for p in points], [p[1] for p in points]
         lines = self.sources.get(plot_id)
         if lines is not None and line in lines:
-            lines[line].stream({"x": xs, "y": ys}, rollover=self.rollover)
+            self._stream(lines[line], {"x": xs, "y": ys})
             return
         cds = ColumnDataSource({"x": xs, "y": ys}, name=line or title)
         fresh = plot_id not in self.views
@@ -159,7 +161,7 @@ class PlotGrid:
         for i, name in enumerate(parts):
             data[name] = [r[i + 1] for r in rows]
         if plot_id in self.views:
-            self.sources[plot_id][""].stream(data, rollover=self.rollover)
+            self._stream(self.sources[plot_id][""], data)
             return
         from bokeh.models import ColumnDataSource
 
@@ -180,6 +182,24 @@ class PlotGrid:
         fig.legend.background_fill_alpha = 0.6
         self.sources[plot_id] = {"": cds}
         self._add(plot_id, fig)
+
+    def _stream(self, cds, data: dict[str, list]) -> None:
+        """Append ``data``'s columns; a source past ``2 * max_points`` rows keeps every
+        other row (:func:`~.model.thin`), sent once as a whole: the plot spans the run."""
+        if len(cds.data["x"]) + len(data["x"]) <= 2 * self.max_points:
+            cds.stream(data)
+            return
+        rows = list(zip(*(list(cds.data[k]) + list(v) for k, v in data.items()), strict=True))
+        kept = thin(rows, self.max_points)
+        cds.data = {k: [r[i] for r in kept] for i, k in enumerate(data)}
+
+    def replace(self, plot_id: str, points: Sequence[tuple[float, float]], line: str = "") -> None:
+        """Replace a line's points (the run's whole history, re-read when it ended)."""
+        if plot_id in self.sources and line in self.sources[plot_id]:
+            self.sources[plot_id][line].data = {
+                "x": [p[0] for p in points],
+                "y": [p[1] for p in points],
+            }
 
     def refresh(self) -> None:
         """Rebuild each widget's render bundle from its figure as it is now, so that a view

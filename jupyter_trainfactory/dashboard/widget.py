@@ -20,7 +20,7 @@ import ipywidgets as widgets
 from ..server.links import proxied_run_url
 from . import layout
 from .header import header_html, nodes_html
-from .model import DEFAULT_ROLLOVER, DashboardModel, RunSource, Snapshot, history_keys
+from .model import DEFAULT_MAX_POINTS, DashboardModel, RunSource, Snapshot, history_keys
 from .plots import PlotGrid
 from .summary import summary_html
 from .timeline import timeline_html
@@ -52,8 +52,10 @@ class JobDashboard(widgets.VBox):
         Seconds between polls while the job runs.
     follow_interval_s : float
         Seconds between polls once it ended (a resume shows within this time).
-    rollover : int
-        Points kept per plot line.
+    max_points : int
+        Points kept per plot line: past twice as many, every other one is dropped, so a
+        plot spans the whole run (each poll adds the latest point of each metric; when the
+        job ends the plots are re-read from the run's whole history).
     start : bool
         Start the background poller now (``poll_once`` drives it by hand otherwise).
     history : bool
@@ -65,7 +67,7 @@ class JobDashboard(widgets.VBox):
         job=None,
         source: RunSource | None = None,
         interval_s: float = 2.0,
-        rollover: int = DEFAULT_ROLLOVER,
+        max_points: int = DEFAULT_MAX_POINTS,
         start: bool = True,
         history: bool = True,
         follow_interval_s: float = 10.0,
@@ -73,22 +75,24 @@ class JobDashboard(widgets.VBox):
         if source is None:
             source = RunSource(job.tracking_uri, job.run_id, manager=job.manager)
         self.source = source
-        self.model = DashboardModel(rollover=rollover)
+        self.model = DashboardModel(max_points=max_points)
         self.interval_s = interval_s
         self.follow_interval_s = follow_interval_s
         self.uid = uuid.uuid4().hex[:10]
         self._header = widgets.HTML()
         self._nodes = widgets.HTML()
         self._footer = widgets.HTML()
-        self._user = PlotGrid(rollover)
-        self._system = PlotGrid(rollover, rank=lambda plot_id: _SYSTEM_ORDER.get(plot_id, 9))
-        self._cost = PlotGrid(rollover)
+        self._user = PlotGrid(max_points)
+        self._system = PlotGrid(max_points, rank=lambda plot_id: _SYSTEM_ORDER.get(plot_id, 9))
+        self._cost = PlotGrid(max_points)
         self._cost_box = widgets.Accordion(
             children=[self._cost.box], titles=(layout.SECTION_TITLES["cost"],)
         )
         self._cost_box.selected_index = None
         self._cost_box.layout.display = "none"  # until there is a goodput or cost series
         self._split_after: int | None = None
+        self._step_plots: dict[str, tuple[PlotGrid, str]] = {}  # key -> its plot
+        self._complete = False  # the plots hold the ended run's whole history
         self._t0: float | None = None
         self._lock = threading.RLock()
         self._ended = threading.Event()
@@ -178,8 +182,9 @@ class JobDashboard(widgets.VBox):
         keys = history_keys(snap)
         with self._lock:
             self.model.info = snap.info
+            self._complete = self.model.finished  # read after the end: nothing to re-read
             if keys:
-                self.model.load_history(self.source.history(keys, self.model.rollover))
+                self.model.load_history(self.source.history(keys, 2 * self.model.max_points))
                 self._render_plots(
                     {
                         **{k: list(v) for k, v in self.model.series.items()},
@@ -187,6 +192,18 @@ class JobDashboard(widgets.VBox):
                     }
                 )
             self._apply(snap)
+
+    def _reread_history(self) -> None:
+        """The job ended: the step plots get every point of the run (downsampled), not
+        only the latest point each poll saw."""
+        keys = [k for k in self.model.series if k in self._step_plots]
+        if not keys:
+            return
+        history = self.source.history(keys, 2 * self.model.max_points)
+        self.model.replace_history(history)
+        for key in keys:
+            grid, plot_id = self._step_plots[key]
+            grid.replace(plot_id, self.model.series[key])
 
     def poll_once(self) -> bool:
         """Read one snapshot and render it. Returns False while the job is ended."""
@@ -201,13 +218,16 @@ class JobDashboard(widgets.VBox):
             self._render_plots(new)
             self._render_text()
         if self.model.finished:
-            if not self._ended.is_set():
+            if not self._complete:
+                self._complete = True
+                self._reread_history()
                 for grid in (self._user, self._system, self._cost):
                     grid.refresh()
             self._ended.set()
             self._publish_summary()
         else:
             self._ended.clear()
+            self._complete = False
             self._retract_summary()
 
     def start(self) -> None:
@@ -304,9 +324,11 @@ class JobDashboard(widgets.VBox):
                     self._system.line(plot_id, xy, title, _TIME_AXIS, unit, line=label)
             elif layout.is_user_metric(key):
                 self._user.line(key, points, key, _STEP_AXIS)
+                self._step_plots[key] = (self._user, key)
             elif key == rate:
                 unit = rate.removeprefix("train/").replace("_per_s", "/s")
                 self._system.line("throughput", points, f"throughput ({unit})", _STEP_AXIS)
+                self._step_plots[key] = (self._system, "throughput")
             elif (title := layout.cost_plot(key)) is not None:
                 self._cost.line(key, points, title, _STEP_AXIS)
                 self._cost_box.layout.display = None

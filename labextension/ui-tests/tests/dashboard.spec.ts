@@ -45,7 +45,8 @@ test.describe('job dashboard in JupyterLab', () => {
         offsite.push(r.url());
       }
     });
-    await page.notebook.openByPath(await upload(page, tmpPath, LAB_NOTEBOOK));
+    const notebook = await upload(page, tmpPath, LAB_NOTEBOOK);
+    await page.notebook.openByPath(notebook);
     await page.notebook.activate(LAB_NOTEBOOK);
     expect(
       await page.evaluate(() => (window as any).Bokeh?.version)
@@ -65,7 +66,7 @@ test.describe('job dashboard in JupyterLab', () => {
 
     // a reloaded tab: the kernel lives on; attach draws the history with its points
     await page.reload();
-    await page.waitForSelector('.jp-NotebookPanel');
+    await page.notebook.openByPath(notebook); // Galata keeps no layout across a reload
     await page.notebook.activate(LAB_NOTEBOOK);
     await page.notebook.runCell(3);
     const attached = page.locator('.jp-Cell').nth(3).locator('.jp-OutputArea');
@@ -81,8 +82,10 @@ test.describe('job dashboard in JupyterLab', () => {
 
     // without its kernel (reopened later, or shared), the cell keeps the summary
     await page.menu.clickMenuItem('Kernel>Shut Down Kernel');
+    await page.locator('.jp-Dialog .jp-mod-accept').click(); // "Shut down the kernel?"
+    await expect(page.locator('.jp-Dialog')).toHaveCount(0);
     await page.reload();
-    await page.waitForSelector('.jp-NotebookPanel');
+    await page.notebook.openByPath(notebook);
     const kept = page
       .locator('.jp-Cell')
       .nth(1)
