@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "EXPERIMENT_KIND",
+    "UI_QUERY",
     "MAX_PARAMS",
     "MetricPoint",
     "ParamSet",
@@ -62,6 +63,11 @@ MAX_LIST_ITEMS = 16
 #: for model training (``genai_development`` opens the GenAI "Evaluations" view).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+#: The query a link into the MLflow UI ends with. MLflow 3's UI (3.17) picks an
+#: experiment's view from its workflow switch, not from the experiment's tag: the
+#: ``workflowType`` URL parameter, else the browser's last choice, else "genai" (the
+#: "Evaluations" view); links the tool gives open the model-training view.
+UI_QUERY = "workflowType=machine_learning"
 #: Arrays larger than this (bytes) are described without a digest.
 _MAX_DIGEST_BYTES = 256 * 2**20
 PARAMS_ARTIFACT = "trainfactory/params.json"
@@ -571,8 +577,9 @@ def search_job_runs(
 
 
 def run_url(tracking_uri: str, run) -> str:
-    """Link to the run in the MLflow UI ("" for non-HTTP tracking URIs)."""
+    """Link to the run in the MLflow UI ("" for non-HTTP tracking URIs), in its
+    model-training view (:data:`UI_QUERY`)."""
     if not tracking_uri.startswith(("http://", "https://")):
         return ""
     base = tracking_uri.rstrip("/")
-    return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}?{UI_QUERY}"

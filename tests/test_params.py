@@ -210,6 +210,12 @@ def test_experiments_open_in_the_model_training_view(store):
     genai = client.create_experiment("genai", tags={kind: "genai_development"})
     tracking.experiment_id(client, "genai")
     assert client.get_experiment(genai).tags[kind] == "genai_development"  # the user's choice
+    run = client.create_run(new)
+    url = tracking.run_url("http://mlflow:5000/", run)  # the UI's view: its URL parameter
+    assert (
+        url == f"http://mlflow:5000/#/experiments/{new}/runs/{run.info.run_id}?{tracking.UI_QUERY}"
+    )
+    assert tracking.UI_QUERY == "workflowType=machine_learning"
     long_name = "e" * 300
     exp = tracking.experiment_id(client, long_name)
     assert tracking.experiment_id(client, long_name) == exp  # found again by the same name
