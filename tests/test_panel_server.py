@@ -296,5 +296,6 @@ def test_run_links_go_through_the_proxy_only_for_its_mlflow(monkeypatch):
     assert (
         proxied_run_url("http://mlflow.internal:5000/", "3", "abc")
         == "/user/alice/trainfactory/proxy/mlflow/#/experiments/3/runs/abc"
+        "?workflowType=machine_learning"  # the MLflow UI's model-training view
     )
     assert proxied_run_url("http://other:5000", "3", "abc") is None  # not what it proxies

@@ -38,7 +38,7 @@ def _proxied_tracking_uri() -> str | None:
 
 
 def proxied_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
-    """``<base_url>trainfactory/proxy/mlflow/#/experiments/E/runs/R`` when this kernel runs
+    """``<base_url>trainfactory/proxy/mlflow/#/experiments/E/runs/R?workflowType=...`` when this kernel runs
     under a Jupyter server with the extension and the run is on the MLflow its proxy
     reaches; None otherwise (use the direct URL)."""
     base = jupyter_base_url()
@@ -47,4 +47,6 @@ def proxied_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str |
     target = _proxied_tracking_uri()
     if target is None or target.rstrip("/") != (tracking_uri or "").rstrip("/"):
         return None
-    return f"{base}trainfactory/proxy/mlflow/#/experiments/{experiment_id}/runs/{run_id}"
+    from ..tracking import UI_QUERY  # the MLflow UI's model-training view
+
+    return f"{base}trainfactory/proxy/mlflow/#/experiments/{experiment_id}/runs/{run_id}?{UI_QUERY}"

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import services as svc
+from .. import tracking
 from ..jobs import TERMINAL_STATES, JobInfo, JobManager
 from ..spec import current_owner
 
@@ -172,14 +173,13 @@ class TrainingJobsManager:
             "run_url": info.run_url,
             "run_link": (
                 f"{self.base_url}trainfactory/proxy/mlflow/#/experiments/"
-                f"{info.experiment_id}/runs/{info.run_id}"
+                f"{info.experiment_id}/runs/{info.run_id}?{tracking.UI_QUERY}"
             ),
             "detail": info.error or info.reason or info.stall,
             "history": [list(p) for p in history],
         }
 
     def _read_jobs(self, all_users: bool, limit: int) -> list[JobModel]:
-        from .. import tracking
 
         jm = self._job_manager()
         try:

@@ -1,5 +1,5 @@
 import { expect, test } from '@jupyterlab/galata';
-import type { Page } from '@playwright/test';
+import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
 import * as path from 'path';
 
 import { browserPoints, expectLiveDashboard } from './dashboard-helpers';
@@ -17,7 +17,7 @@ const SOURCES = process.env.TF_NOTEBOOKS ?? '.';
 
 /** Upload `name` into this test's server folder; return its path on the server. */
 async function upload(
-  page: Page,
+  page: IJupyterLabPageFixture,
   tmpPath: string,
   name: string
 ): Promise<string> {
@@ -65,8 +65,9 @@ test.describe('job dashboard in JupyterLab', () => {
     await page.notebook.save();
 
     // a reloaded tab: the kernel lives on; attach draws the history with its points
+    await page.notebook.close(); // (its kernel runs on) Galata's reload waits for a Launcher
     await page.reload();
-    await page.notebook.openByPath(notebook); // Galata keeps no layout across a reload
+    await page.notebook.openByPath(notebook);
     await page.notebook.activate(LAB_NOTEBOOK);
     await page.notebook.runCell(3);
     const attached = page.locator('.jp-Cell').nth(3).locator('.jp-OutputArea');
@@ -84,6 +85,7 @@ test.describe('job dashboard in JupyterLab', () => {
     await page.menu.clickMenuItem('Kernel>Shut Down Kernel');
     await page.locator('.jp-Dialog .jp-mod-accept').click(); // "Shut down the kernel?"
     await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+    await page.notebook.close();
     await page.reload();
     await page.notebook.openByPath(notebook);
     const kept = page
