@@ -426,3 +426,11 @@ def test_a_static_summary_when_the_job_ends_none_after_a_resume(run):
     board.poll_once()
     assert board.summary() is None and not board.ended
     board.close()
+
+
+def test_a_stop_waiting_for_a_rank_is_said(run):
+    uri, client, run_id = run
+    client.set_tag(run_id, "trainfactory.stop.waiting", "waiting for rank 1 at step 400")
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "<b>stop</b>: waiting for rank 1 at step 400" in board._header.value
+    board.close()

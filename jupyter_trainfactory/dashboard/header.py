@@ -192,6 +192,9 @@ def warnings(model: DashboardModel) -> list[str]:
             f" at step {html.escape(tags.get('trainfactory.nonfinite.first_step', '?'))};"
             " not written to MLflow"
         )
+    waiting = tags.get("trainfactory.stop.waiting")
+    if waiting and not model.finished:  # a graceful stop that cannot complete (a rank behind)
+        out.append(f"<b>stop</b>: {html.escape(waiting)}")
     info = model.info
     if info is not None and info.stall and not model.finished:
         out.append(f"<b>stalled</b>: {html.escape(info.stall)}")

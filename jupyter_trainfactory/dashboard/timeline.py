@@ -20,6 +20,7 @@ CATEGORY_COLOURS = {
     "wasted_progress": "#e0976b",
     "infrastructure_recovery": "#a86b6b",
     "preemption": "#c98fb0",
+    "stop_wait": "#cf8a4e",
     "other": "#c9ced3",
 }
 _FAILURE_COLOUR = "#cf222e"
