@@ -57,10 +57,12 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
     env = browser_env(services.home, tmp_path, free_port(), TF_NOTEBOOKS=str(sources))
     with jupyter_lab(env, tmp_path / "jupyterlab.log"):
         playwright("dashboard.spec.ts", env, timeout=840)
+        shots = screenshots()  # each Playwright run starts a fresh test-results/
         playwright("dashboard-nb7.spec.ts", env, timeout=600)
+        shots |= screenshots()
     expected = {"dashboard-running.png", "dashboard-ended.png", "dashboard-attach.png"}
     expected |= {"dashboard-summary.png", "nb7-running.png", "nb7-ended.png"}
-    assert expected <= screenshots()
+    assert expected <= shots
 
     # the saved notebook keeps the summary as HTML, in the launch cell's outputs
     (lab_nb,) = [p for p in tmp_path.rglob("dashboard-lab.ipynb") if sources not in p.parents]
