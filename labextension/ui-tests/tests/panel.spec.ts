@@ -107,7 +107,7 @@ test('the panel shows a running job and stops it', async ({
   await expect(throughput).toContainText('samples/s', { timeout: 120000 });
   await expect(row.locator('a[data-action="mlflow"]')).toHaveAttribute(
     'href',
-    /trainfactory\/proxy\/mlflow\/#\/experiments\/\d+\/runs\/[0-9a-f]+$/
+    /trainfactory\/proxy\/mlflow\/#\/experiments\/\d+\/runs\/[0-9a-f]+\?workflowType=machine_learning$/ // the model-training view
   );
   await expect(row.locator('td.jp-tf-col-step')).toHaveText(/^\d/);
   await expect(row.locator('.jp-tf-step-under')).toBeHidden();
