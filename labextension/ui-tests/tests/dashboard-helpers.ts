@@ -55,3 +55,23 @@ export async function expectLiveDashboard(
   await expect(output).toContainText('SUCCEEDED', { timeout: JOB_TIMEOUT });
   await shot('ended');
 }
+
+/**
+ * Run cell `i` of `cells` from the keyboard and wait until it ran. A page that has just
+ * opened may still be connecting its kernel, which drops the request: it is sent again
+ * while the prompt stays empty.
+ */
+export async function runByKeyboard(cells: Locator, i: number) {
+  const prompt = cells.nth(i).locator('.jp-InputPrompt');
+  for (let attempt = 0; attempt < 6; attempt++) {
+    await cells.nth(i).locator('.jp-InputArea-editor').click();
+    await cells.page().keyboard.press('Shift+Enter');
+    try {
+      await expect(prompt).toContainText(/\[(\d+|\*)\]/, { timeout: 15_000 });
+      break;
+    } catch {
+      continue; // not taken yet
+    }
+  }
+  await expect(prompt).toContainText(/\[\d+\]/, { timeout: 180_000 });
+}

@@ -1,6 +1,6 @@
 import { expect, test } from '@playwright/test';
 
-import { expectLiveDashboard } from './dashboard-helpers';
+import { expectLiveDashboard, runByKeyboard } from './dashboard-helpers';
 
 /**
  * The job dashboard on Notebook 7's own page (not JupyterLab: plain Playwright, no Galata).
@@ -22,14 +22,7 @@ test('the dashboard draws live offline in Notebook 7', async ({
     .toBeTruthy();
   const cells = page.locator('.jp-Notebook .jp-Cell');
   for (const i of [0, 1]) {
-    await cells.nth(i).locator('.jp-InputArea-editor').click();
-    await page.keyboard.press('Shift+Enter');
-    await expect(cells.nth(i).locator('.jp-InputPrompt')).toContainText(
-      /\[\d+\]/,
-      {
-        timeout: 120_000
-      }
-    );
+    await runByKeyboard(cells, i);
   }
   const output = cells.nth(1).locator('.jp-OutputArea');
   await expectLiveDashboard(output, name =>

@@ -1,8 +1,13 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import type { BrowserContext, Page } from '@playwright/test';
 import * as path from 'path';
 
-import { browserPoints, expectLiveDashboard } from './dashboard-helpers';
+import {
+  browserPoints,
+  expectLiveDashboard,
+  runByKeyboard
+} from './dashboard-helpers';
 
 /**
  * The job dashboard in a real browser, as a user sees it. tests/test_dashboard_browser.py
@@ -14,6 +19,19 @@ import { browserPoints, expectLiveDashboard } from './dashboard-helpers';
 const LAB_NOTEBOOK = 'dashboard-lab.ipynb';
 /** Where tests/test_dashboard_browser.py wrote them; each test uploads its own copy. */
 const SOURCES = process.env.TF_NOTEBOOKS ?? '.';
+
+/** A new page of `context` with JupyterLab open on `notebook` (a path on the server). */
+async function openFresh(
+  context: BrowserContext,
+  notebook: string
+): Promise<Page> {
+  const fresh = await context.newPage();
+  await fresh.goto(`lab/tree/${notebook}`);
+  await expect(fresh.locator('.jp-Notebook .jp-Cell').first()).toBeVisible({
+    timeout: 120_000
+  });
+  return fresh;
+}
 
 /** Upload `name` into this test's server folder; return its path on the server. */
 async function upload(
@@ -64,31 +82,33 @@ test.describe('job dashboard in JupyterLab', () => {
     await page.notebook.runCell(2); // job.wait(): the notebook is up to date
     await page.notebook.save();
 
-    // a reloaded tab: the kernel lives on; attach draws the history with its points
-    await page.notebook.close(); // (its kernel runs on) Galata's reload waits for a Launcher
-    await page.reload();
-    await page.notebook.openByPath(notebook);
-    await page.notebook.activate(LAB_NOTEBOOK);
-    await page.notebook.runCell(3);
-    const attached = page.locator('.jp-Cell').nth(3).locator('.jp-OutputArea');
+    // the tab reloaded (a new page of the same browser: Galata's own reload waits for
+    // its Launcher): the kernel lives on, and attach draws the history with its points
+    const again = await openFresh(page.context(), notebook);
+    const cells = again.locator('.jp-Notebook .jp-Cell');
+    await runByKeyboard(cells, 3);
+    const attached = cells.nth(3).locator('.jp-OutputArea');
     await expect(attached.locator('.bk-Canvas canvas').first()).toBeVisible({
       timeout: 60_000
     });
     await expect(attached).toContainText('SUCCEEDED');
-    await expect.poll(() => browserPoints(page)).toBeGreaterThan(10);
+    await expect.poll(() => browserPoints(again)).toBeGreaterThan(10);
     await attached.screenshot({
       path: testInfo.outputPath('dashboard-attach.png')
     });
-    await page.notebook.save();
+    await again.keyboard.press('Control+s');
+    await expect(again.locator('.jp-mod-dirty')).toHaveCount(0);
 
     // without its kernel (reopened later, or shared), the cell keeps the summary
-    await page.menu.clickMenuItem('Kernel>Shut Down Kernel');
-    await page.locator('.jp-Dialog .jp-mod-accept').click(); // "Shut down the kernel?"
-    await expect(page.locator('.jp-Dialog')).toHaveCount(0);
-    await page.notebook.close();
-    await page.reload();
-    await page.notebook.openByPath(notebook);
-    const kept = page
+    const sessions = await (await again.request.get('api/sessions')).json();
+    for (const session of sessions) {
+      expect(
+        (await again.request.delete(`api/kernels/${session.kernel.id}`)).ok()
+      ).toBe(true);
+    }
+    await again.close();
+    const later = await openFresh(page.context(), notebook);
+    const kept = later
       .locator('.jp-Cell')
       .nth(1)
       .locator('.trainfactory-summary');
@@ -98,5 +118,6 @@ test.describe('job dashboard in JupyterLab', () => {
     await kept.screenshot({
       path: testInfo.outputPath('dashboard-summary.png')
     });
+    expect(offsite).toEqual([]); // nothing from a CDN
   });
 });
