@@ -16,6 +16,15 @@ os.environ.setdefault("TRAINFACTORY_HOME", tempfile.mkdtemp(prefix="tf-test-", d
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 
 
+def ipython_shell():
+    """The one IPython shell of the test session (IPython's test shell starts only once:
+    a second ``start_ipython()`` returns None)."""
+    from IPython.testing import globalipapp
+
+    globalipapp.start_ipython()
+    return globalipapp.get_ipython()
+
+
 @pytest.fixture(scope="session")
 def services():
     from jupyter_trainfactory import services as svc

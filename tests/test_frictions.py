@@ -8,8 +8,8 @@ import uuid
 import cloudpickle
 import pytest
 import train_fns
+from conftest import ipython_shell
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 
 from jupyter_trainfactory import cli
 from jupyter_trainfactory.commands import (
@@ -27,7 +27,7 @@ cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tes
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = start_ipython()
+    shell = ipython_shell()
     shell.run_line_magic("load_ext", "jupyter_trainfactory")
     shell.run_cell("def train(config):\n    pass\n")
     return shell

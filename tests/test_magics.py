@@ -1,13 +1,13 @@
 """%train in a real IPython InteractiveShell: bad input is one UsageError line, nothing submitted."""
 
 import pytest
+from conftest import ipython_shell
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 
 
 @pytest.fixture(scope="module")
 def ip(services):
-    shell = start_ipython()
+    shell = ipython_shell()
     shell.run_line_magic("load_ext", "jupyter_trainfactory")
     shell.run_cell("def train(config):\n    pass\nnot_a_function = 42\ngood_config = {'a': 1}")
     return shell
