@@ -41,7 +41,9 @@ def test_quickstart_notebook_reaches_090(services):
     # the executed copy keeps the dashboard's static summary: the launch cell's own output
     # (needs no kernel: nbconvert and a reopened notebook show it)
     executed = nbformat.read(ROOT / "examples" / "quickstart.out.ipynb", as_version=4)
-    launch = next(c for c in executed.cells if "%train launch" in c.get("source", ""))
+    launch = next(
+        c for c in executed.cells if c.cell_type == "code" and "%train launch" in c.source
+    )
     html = [o["data"].get("text/html", "") for o in launch.outputs if "data" in o]
     summary = [h for h in html if "trainfactory-summary" in h]
     assert summary and "SUCCEEDED" in summary[0]
