@@ -133,6 +133,7 @@ class RunRecorder:
         self._renamed_written = 0
         self._last_step: dict[str, int] = {}
         self._recent: dict[str, deque] = {}  # key -> its last points (step, value, ms)
+        self._floor: dict[str, int] = {}  # key -> its last step before its recent points
         self._reports = 0
         self._last_report_step = -1
         self._last_report_time: float | None = None
@@ -818,7 +819,7 @@ class RunRecorder:
             if not key.startswith(
                 ("system/", "goodput/", "badput/", "faults/", "energy/", "cost/")
             ):
-                self._last_step[key] = int(m.step)
+                self._last_step[key] = self._floor[key] = int(m.step)
         self._before = {
             k: m.value
             for k, m in latest.items()
@@ -1190,21 +1191,21 @@ class RunRecorder:
                 self._nonfinite,
             )
             return
-        recent = self._recent.get(mapped)
+        recent = self._recent.get(mapped, ())
         if step <= self._last_step.get(mapped, -1):
-            # first write wins. A step below the last one is written only when it falls
-            # inside the key's recent points and is not among them: a worker's batch of
-            # earlier steps that arrives after a report's point at a later step
-            if not recent or step < min(at for at, _, _ in recent):
-                return
-            if any(at == step for at, _, _ in recent):
+            # first write wins. A step below the last one is written only when it is past
+            # the key's floor (its last step before the recent points; the last step of
+            # earlier submissions after a resume) and not among the recent points: a
+            # worker's batch of earlier steps that arrives after a report's later step
+            if step <= self._floor.get(mapped, -1) or any(at == step for at, _, _ in recent):
                 return
         else:
             self._last_step[mapped] = step
         self._push(self._user, mapped, number, int(wall_time * 1000), step)
-        self._recent.setdefault(mapped, deque(maxlen=_RECENT_POINTS)).append(
-            (step, number, int(wall_time * 1000))
-        )
+        recent = self._recent.setdefault(mapped, deque(maxlen=_RECENT_POINTS))
+        if len(recent) == recent.maxlen:  # its oldest point leaves the window
+            self._floor[mapped] = max(self._floor.get(mapped, -1), recent[0][0])
+        recent.append((step, number, int(wall_time * 1000)))
         if len(self._user) + len(self._system) > self._max_queued:
             self._bound()
 

@@ -403,6 +403,27 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     assert max(wall, key=lambda p: p.step).value == m["goodput/wall_s"]  # latest = newest
 
 
+def test_a_report_that_overtakes_the_workers_batch_loses_no_step(store):
+    # after a resume from step 5 the checkpoint report of step 10 reaches the recorder
+    # before the worker's batch of steps 6..9: all of them are written, each once
+    uri, client, run_id = store
+    first = RunRecorder(uri, run_id, flush_interval_s=3600)
+    first.set_state("RUNNING")
+    t = time.time()
+    first.worker_batch(0, {"points": [("loss", float(s), s, t) for s in (1, 2)]})
+    first.report([{"loss": 3.0, "step": 3}], None, t)  # a fresh job's report overtakes too
+    first.worker_batch(0, {"points": [("loss", float(s), s, t) for s in range(1, 6)]})
+    first.finish("KILLED", "STOPPED", reason="user")
+    second = RunRecorder(uri, run_id, flush_interval_s=3600, resume=1)
+    second.set_state("RUNNING")
+    second.report([{"loss": 10.0, "step": 10}], "/ckpt/10", time.time())
+    points = [("loss", float(s), s, time.time()) for s in range(4, 11)]  # 4, 5: written before
+    second.worker_batch(0, {"points": points})
+    second.finish("FINISHED", "SUCCEEDED")
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+    assert loss == [(s, float(s)) for s in range(1, 11)]
+
+
 def test_cost_is_metered_live_and_a_budget_asks_for_a_stop(store):
     from jupyter_trainfactory.telemetry.cost import EXAMPLE_CATALOG
     from ray_backend.costs import CostMeter
