@@ -1,6 +1,7 @@
 """Worker failures of real two-worker jobs: recovery from the last checkpoint, accounting."""
 
 import json
+import time
 
 import cloudpickle
 import pytest
@@ -196,3 +197,43 @@ def test_a_restore_rewinds_the_report_count_of_a_loop_without_a_step_key(
     assert [(p.step, p.value) for p in epoch] == [(e, float(e)) for e in range(1, epochs + 1)]
     m = mlflow_client.get_run(job.run_id).data.metrics
     assert m["faults/restarts"] == 1 and m["faults/restore_step"] == 5
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_that_waits_for_a_hung_rank_says_so_and_books_stop_wait(manager, mlflow_client):
+    # rank 1 hangs at step 20 before it hears the stop; rank 0 steps on, checking
+    # should_stop() every step: the stop cannot complete, and that is said and booked
+    job = launch(
+        train_fns.hanging_loop,
+        workers=2,
+        config={"hang_step": 20, "every": 10**9, "obey": True},
+        experiment="tests",
+    )
+    waiting = "waiting for rank 1 at step 20"
+    try:
+        deadline = time.monotonic() + 180
+        while mlflow_client.get_run(job.run_id).data.metrics.get("loss", 1) > 1 / 40:
+            assert time.monotonic() < deadline, "rank 0 did not step past the hang"
+            time.sleep(0.5)
+        requested = time.monotonic()
+        job.stop(grace_s=50)
+        while waiting not in job.info().reason:  # within max(30 s, 3 x the longest step)
+            assert time.monotonic() - requested < 45, job.info().reason
+            time.sleep(0.5)
+        said = time.monotonic() - requested
+        assert job.info().state == "RUNNING"
+        assert f"stopping: {waiting}" in format_status(job.info())
+        row = next(j for j in manager.list() if j.job_id == job.id).as_row()
+        assert row["state"] == "RUNNING" and row["detail"] == f"stopping: {waiting}"  # the panel
+        assert job.wait(timeout=120) == "STOPPED"
+        ended = time.monotonic() - requested
+    finally:
+        job.stop(now=True)
+    run = mlflow_client.get_run(job.run_id)
+    m, tags = run.data.metrics, run.data.tags
+    assert run.info.status == "KILLED"
+    assert tags[TAG.REASON] == f"user: grace ended {waiting}"
+    assert 30 <= said < 45 and 50 <= ended < 80, (said, ended)
+    # from when the wait was found to the end: its own badput category, not "other"
+    assert m["badput/stop_wait_s"] >= ended - said - 10, m["badput/stop_wait_s"]
+    assert m["badput/stop_wait_s"] > m.get("badput/other_s", 0)

@@ -165,42 +165,76 @@ def _after(client, run_id, key, t):
     return [p for p in client.get_metric_history(run_id, key) if p.timestamp / 1000 > t]
 
 
-@pytest.mark.timeout(480)
-def test_ddp_ranks_of_uneven_speed_stop_at_one_step_and_a_resume_goes_on(manager, mlflow_client):
+def _stepping_past(client, run_id, step, timeout=180):
+    """Wait until the run's ``loss`` (= the step) is past ``step``."""
+    deadline = time.monotonic() + timeout
+    while client.get_run(run_id).data.metrics.get("loss", -1) <= step:
+        assert time.monotonic() < deadline, f"no step past {step}"
+        time.sleep(0.3)
+
+
+def _stop_at_a_random_moment(job, client, after_step):
+    """One graceful stop at a random moment once the job is past ``after_step``;
+    returns the step every rank stopped at, after checking that the ranks, the run and
+    the checkpoint agree on it."""
     import random
 
-    steps = 400
+    _stepping_past(client, job.run_id, after_step + 10)
+    time.sleep(random.uniform(0.0, 2.0))
+    requested = time.monotonic()
+    job.stop(grace_s=300)
+    assert job.wait(timeout=120) == "STOPPED"
+    assert time.monotonic() - requested < 60  # agreed at once, not the grace
+    run = client.get_run(job.run_id)
+    m, tags = run.data.metrics, run.data.tags
+    assert m["rank0/stopped_at"] == m["rank1/stopped_at"]  # one stop step for all ranks
+    stopped = int(m["rank0/stopped_at"])
+    assert stopped > after_step and m["loss"] == stopped  # the run's last step
+    assert tags[TAG.CKPT_STEP] == str(stopped) and tags[TAG.REASON] == "user"
+    return stopped
+
+
+@pytest.mark.timeout(900)
+def test_ddp_ranks_of_uneven_speed_stop_at_one_step_through_ten_stops(manager, mlflow_client):
+    """Ten graceful stops at random moments of one DDP job (gloo, steps of 20 and 40 ms),
+    each followed by a resume; the loop checks ``should_stop()`` every step on even
+    submissions and every 5 steps on odd ones. None deadlocks; after each resume the
+    throughput and step-time series go on."""
+    steps, stops = 10**5, 10
     job = launch(
         train_fns.uneven_ddp_loop,
         workers=2,
-        config={"steps": steps, "every": 50, "sleep": 0.02, "slow": 0.02},  # 20 ms and 40 ms
+        config={"steps": steps, "every": 50, "sleep": 0.02, "slow": 0.02, "check_every": [1, 5]},
         experiment="tests",
     )
+    stopped = [0]
     try:
-        _running(job)
-        time.sleep(random.uniform(0.5, 3.0))  # a stop at a random moment
-        requested = time.monotonic()
-        job.stop(grace_s=300)
-        assert job.wait(timeout=120) == "STOPPED"
-        assert time.monotonic() - requested < 60  # agreed at once, not the grace
-        run = mlflow_client.get_run(job.run_id)
-        m, tags = run.data.metrics, run.data.tags
-        assert m["rank0/stopped_at"] == m["rank1/stopped_at"]  # one stop step for all ranks
-        stopped = int(m["rank0/stopped_at"])
-        assert tags[TAG.CKPT_STEP] == str(stopped) and tags[TAG.REASON] == "user"
-        resumed = time.time()
-        assert job.resume() in ("PENDING", "RUNNING")
-        assert job.wait(timeout=240) == "SUCCEEDED"
+        for n in range(stops):
+            stopped.append(_stop_at_a_random_moment(job, mlflow_client, stopped[-1]))
+            if n % 2:
+                assert stopped[-1] % 5 == 0  # a loop that checks every 5 steps
+            if n < stops - 1:
+                assert job.resume() in ("PENDING", "RUNNING")
     finally:
         job.stop(now=True)
     # each step once, although `loss` also went to save_checkpoint at every checkpoint
     loss = sorted(p.step for p in mlflow_client.get_metric_history(job.run_id, "loss"))
-    assert loss == list(range(1, steps + 1))
-    # the resume's first step, then throughput, step time and system series go on
-    first = min(p.timestamp / 1000 for p in _after(mlflow_client, job.run_id, "loss", resumed))
+    assert loss == list(range(1, stopped[-1] + 1))
+    # every submission, the resumed ones too, has its own throughput and step-time points
     for key in ("train/samples_per_s", "train/step_time_s"):
-        points = _after(mlflow_client, job.run_id, key, first)
-        assert points and min(p.step for p in points) > stopped, key
-    metrics = mlflow_client.get_run(job.run_id).data.metrics
-    system = [k for k in metrics if k.startswith("system/")]
+        points = {p.step for p in mlflow_client.get_metric_history(job.run_id, key)}
+        for before, last in zip(stopped, stopped[1:], strict=False):
+            assert any(before < s <= last for s in points), (key, before, last)
+    run = mlflow_client.get_run(job.run_id)
+    assert run.data.tags[TAG.RESUMES] == str(stops - 1)
+    # and the system series: points after the last resume's first step
+    first = (
+        min(
+            p.timestamp
+            for p in mlflow_client.get_metric_history(job.run_id, "loss")
+            if p.step == stopped[-2] + 1
+        )
+        / 1000
+    )
+    system = [k for k in run.data.metrics if k.startswith("system/")]
     assert any(_after(mlflow_client, job.run_id, k, first) for k in system[:5])

@@ -162,7 +162,8 @@ def hanging_loop(config):
     """Steps (``config["steps"]``, default endless) with a checkpoint every ``every``
     steps, resumed from the newest good one; at ``hang_step`` rank 1 sleeps for good (a
     hung worker: its process lives, training makes no progress), on the first attempt
-    only when a ``marker`` file path is given."""
+    only when a ``marker`` file path is given. With ``obey``, every step checks
+    ``trainfactory.should_stop()`` and then saves and returns."""
     import os
     import tempfile
 
@@ -183,11 +184,14 @@ def hanging_loop(config):
             if marker:
                 open(marker, "w").close()
             time.sleep(10**6)
-        if i % config["every"] == 0:
+        stop = config.get("obey") and trainfactory.should_stop()
+        if stop or i % config["every"] == 0:
             with tempfile.TemporaryDirectory() as tmp:
                 with open(os.path.join(tmp, "step"), "w") as f:
                     f.write(str(i))
                 trainfactory.save_checkpoint({"step": i}, tmp if rank == 0 else None)
+        if stop:
+            return
 
 
 class DigitsNet:
@@ -252,7 +256,9 @@ def uneven_ddp_loop(config):
     ``trainfactory.should_stop()`` every ``check_every`` steps, then logs ``stopped_at``
     on every rank (``rank<r>/stopped_at``), saves and returns. ``loss`` (= the step) goes
     to ``trainfactory.log`` every step and to ``save_checkpoint`` with each checkpoint
-    (every ``every`` steps and at the end, ``steps``); resumes from the newest one."""
+    (every ``every`` steps and at the end, ``steps``); resumes from the newest one.
+    ``check_every`` may be a list: submission n (counted in the checkpoint) uses item
+    ``n % len``, so a chain of resumes alternates between them."""
     import json
     import os
     import tempfile
@@ -266,11 +272,14 @@ def uneven_ddp_loop(config):
     rank = ray.train.get_context().get_world_rank()
     model = ray.train.torch.prepare_model(torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    start = 0
+    start, starts = 0, 0
     checkpoint = trainfactory.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d, open(os.path.join(d, "state.json")) as f:
-            start = json.load(f)["step"]
+            state = json.load(f)
+        start, starts = state["step"], state.get("starts", 0) + 1
+    every_k = config.get("check_every", 1)
+    every_k = every_k[starts % len(every_k)] if isinstance(every_k, list) else every_k
     for i in range(start + 1, config["steps"] + 1):
         with trainfactory.step(samples=8):
             time.sleep(config.get("sleep", 0.02) + (config.get("slow", 0.02) if rank else 0))
@@ -279,7 +288,7 @@ def uneven_ddp_loop(config):
             loss.backward()  # the gradient allreduce: every rank or none
             opt.step()
         trainfactory.log({"loss": float(i)}, step=i)
-        stop = i % config.get("check_every", 1) == 0 and trainfactory.should_stop()
+        stop = i % every_k == 0 and trainfactory.should_stop()
         if stop:
             trainfactory.log({"stopped_at": i}, step=i, rank_zero_only=False)
         if stop or i % config["every"] == 0 or i == config["steps"]:
@@ -287,7 +296,7 @@ def uneven_ddp_loop(config):
                 directory = None
                 if rank == 0:
                     with open(os.path.join(tmp, "state.json"), "w") as f:
-                        json.dump({"step": i}, f)
+                        json.dump({"step": i, "starts": starts}, f)
                     directory = tmp
                 trainfactory.save_checkpoint({"step": i, "loss": float(i)}, directory)
         if stop:
