@@ -45,6 +45,7 @@ __all__ = [
     "JobSpec",
     "Option",
     "SpecError",
+    "cli_default",
     "current_owner",
     "flatten",
     "launch_options",
@@ -114,8 +115,9 @@ def launch_options() -> list[tuple[Field, Option]]:
 
 
 def cli_default(spec_field: Field, option: Option) -> Any:
-    """What argparse gives ``spec_field``'s option when the line does not set it."""
-    return spec_field.default if option.default is MISSING else option.default
+    """What argparse gives ``spec_field``'s option when the line does not set it (a fresh
+    list for a repeatable option)."""
+    return copy.copy(spec_field.default if option.default is MISSING else option.default)
 
 
 @dataclass
