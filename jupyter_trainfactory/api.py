@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -90,42 +92,24 @@ def launch(
     In [3]: job.wait()
     Out[3]: 'SUCCEEDED'
     """
+    arguments = locals()
     spec = JobSpec(
         function_name=getattr(fn, "__name__", "train"),
-        workers=workers,
-        cpus_per_worker=cpus_per_worker,
-        gpus_per_worker=gpus_per_worker,
-        accelerator=accelerator,
-        resources=dict(resources or {}),
-        placement=placement,
-        label_selector=label_selector or {},
-        max_failures=max_failures,
-        max_preemptions=max_preemptions,
-        keep_checkpoints=keep_checkpoints,
-        keep_best=keep_best,
+        **{name: arguments[name] for name in _SPEC_PARAMETERS},
         config=dict(config or {}),
-        experiment=experiment,
-        run_name=run_name,
-        working_dir=working_dir,
-        pip=list(pip or []),
-        env=dict(env or {}),
-        address=address,
-        tracking_uri=tracking_uri,
-        storage=storage,
-        source=source,
-        peak_tflops=peak_tflops,
-        flops_per_token=flops_per_token,
-        stall_timeout=stall_timeout,
-        on_stall=on_stall,
-        budget=budget,
-        price_catalog=price_catalog,
-        spot=spot,
-        project=project,
-        target_steps=target_steps,
     )
     return get_manager(address, tracking_uri, storage).submit(
         fn, spec, inputs=inputs, model_fn=model_fn
     )
+
+
+#: launch's parameters that are JobSpec fields, passed on as they are (``config`` is copied);
+#: ``tests/test_spec.py`` checks that every field a user sets is one, with its default.
+_SPEC_PARAMETERS = tuple(
+    name
+    for name in inspect.signature(launch).parameters
+    if name in {f.name for f in dataclasses.fields(JobSpec)} and name != "config"
+)
 
 
 def attach(job_id: str, address: str | None = None, tracking_uri: str | None = None) -> Job:

@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from . import api
+from .arguments import CommandError, HelpShown, build_parser, help_text, parse, spec_from_args
 from .commands import (
-    CommandError,
-    HelpShown,
-    build_parser,
     chaos_text,
     cluster_text,
     costs_text,
@@ -20,13 +18,10 @@ from .commands import (
     format_status,
     format_table,
     gc_text,
-    help_text,
     is_service_error,
-    parse,
     register_from_args,
     register_text,
     services_text,
-    spec_from_args,
     split_inputs,
     stop_text,
 )
@@ -66,94 +61,148 @@ def load_function(target: str):
     return fn, str(path)
 
 
-def _run(ns) -> int:
-    target = {
+def _target(ns) -> dict[str, Any]:
+    return {
         "address": getattr(ns, "address", None),
         "tracking_uri": getattr(ns, "tracking_uri", None),
     }
-    if ns.command == "help":
-        print(help_text(build_parser(PROG, "FILE.py:FUNC"), ns.topic))
-    elif ns.command == "launch":
-        fn, source = load_function(ns.target)
-        config: Any = {}
-        if ns.config:
-            try:
-                config = eval(ns.config, vars(sys.modules[fn.__module__]))  # noqa: S307
-            except Exception as exc:
-                raise CommandError(
-                    f"--config {ns.config!r} failed: {type(exc).__name__}: {exc}"
-                ) from None
-            if not isinstance(config, dict):
-                raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
-        spec = spec_from_args(ns, fn.__name__, config, source)
-        model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
-        job = api.get_manager(target["address"], target["tracking_uri"], ns.storage).submit(
-            fn, spec, inputs=split_inputs(ns.inputs), model_fn=model_fn
-        )
-        info = job.info()
-        print(f"job {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
-        if ns.wait:
-            state = job.wait()
-            detail = job.info().error if state == "FAILED" else ""
-            print(f"job {job.id}: {state}" + (f" ({detail})" if detail else ""))
-            return 0 if state == "SUCCEEDED" else 1
-    elif ns.command == "list":
-        print(format_table([j.as_row() for j in api.get_manager(**target).list(all_users=ns.all)]))
-    elif ns.command in ("status", "attach"):
-        if not ns.job:
-            raise CommandError(f"{ns.command} needs a job id (see `{PROG} list`).")
-        info = api.get_manager(**target).info(ns.job)
-        print(format_status(info))
-    elif ns.command == "logs":
-        if not ns.job:
-            raise CommandError(f"logs needs a job id (see `{PROG} list`).")
-        manager = api.get_manager(**target)
-        if ns.follow:
-            try:
-                state = manager.follow_logs(
-                    ns.job, rank=ns.rank, write=lambda t: print(t, flush=True)
-                )
-            except KeyboardInterrupt:
-                return 130
-            print(f"--- {ns.job}: {state} ---")
-        else:
-            print(manager.logs(ns.job, tail=ns.tail, rank=ns.rank))
-    elif ns.command == "resume":
-        if not ns.job:
-            raise CommandError(f"resume needs a job id (see `{PROG} list`).")
-        job = api.get_manager(**target).resume(ns.job, max_failures=ns.max_failures)
-        print(f"job {job.id} resumed (submission {job.info().submission_id})")
-        if ns.wait:
-            state = job.wait()
-            print(f"job {job.id}: {state}")
-            return 0 if state == "SUCCEEDED" else 1
-    elif ns.command == "chaos":
-        if not ns.job:
-            raise CommandError(f"chaos needs a job id (see `{PROG} list`).")
-        killed = api.get_manager(**target).chaos(ns.job, rank=ns.kill_worker, node=ns.kill_node)
-        print(chaos_text(ns.job, killed))
-    elif ns.command == "stop":
-        if not ns.job:
-            raise CommandError(f"stop needs a job id (see `{PROG} list`).")
-        info = api.get_manager(**target).stop(ns.job, now=ns.now, grace_s=ns.grace)
-        print(stop_text(info, ns.now, ns.grace))
-    elif ns.command == "register":
-        if not ns.job:
-            raise CommandError(f"register needs a job id (see `{PROG} list`).")
-        model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
-        print(register_text(register_from_args(api.get_manager(**target), ns.job, ns, model_fn)))
-    elif ns.command == "costs":
-        print(costs_text(api.get_manager(**target), ns))
-    elif ns.command == "gc":
-        from .models import collect_garbage
 
-        report = collect_garbage(api.get_manager(**target), ns.experiment, ns.keep, ns.all)
-        print(gc_text(report, ns.keep))
-    elif ns.command == "services":
-        print(services_text(ns.action))
-    elif ns.command == "cluster":
-        print(cluster_text(lambda n: api.get_manager(**target), ns))
+
+def _job(ns) -> str:
+    if not ns.job:
+        raise CommandError(f"{ns.command} needs a job id (see `{PROG} list`).")
+    return ns.job
+
+
+def _help(ns) -> int:
+    print(help_text(build_parser(PROG, "FILE.py:FUNC"), ns.topic))
     return 0
+
+
+def _launch(ns) -> int:
+    fn, source = load_function(ns.target)
+    config: Any = {}
+    if ns.config:
+        try:
+            config = eval(ns.config, vars(sys.modules[fn.__module__]))  # noqa: S307
+        except Exception as exc:
+            raise CommandError(
+                f"--config {ns.config!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        if not isinstance(config, dict):
+            raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
+    spec = spec_from_args(ns, fn.__name__, config, source)
+    model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
+    job = api.get_manager(ns.address, ns.tracking_uri, ns.storage).submit(
+        fn, spec, inputs=split_inputs(ns.inputs), model_fn=model_fn
+    )
+    info = job.info()
+    print(f"job {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
+    if ns.wait:
+        state = job.wait()
+        detail = job.info().error if state == "FAILED" else ""
+        print(f"job {job.id}: {state}" + (f" ({detail})" if detail else ""))
+        return 0 if state == "SUCCEEDED" else 1
+    return 0
+
+
+def _list(ns) -> int:
+    print(format_table([j.as_row() for j in api.get_manager(**_target(ns)).list(all_users=ns.all)]))
+    return 0
+
+
+def _status(ns) -> int:
+    print(format_status(api.get_manager(**_target(ns)).info(_job(ns))))
+    return 0
+
+
+def _logs(ns) -> int:
+    job_id, manager = _job(ns), api.get_manager(**_target(ns))
+    if not ns.follow:
+        print(manager.logs(job_id, tail=ns.tail, rank=ns.rank))
+        return 0
+    try:
+        state = manager.follow_logs(job_id, rank=ns.rank, write=lambda t: print(t, flush=True))
+    except KeyboardInterrupt:
+        return 130
+    print(f"--- {job_id}: {state} ---")
+    return 0
+
+
+def _resume(ns) -> int:
+    job = api.get_manager(**_target(ns)).resume(_job(ns), max_failures=ns.max_failures)
+    print(f"job {job.id} resumed (submission {job.info().submission_id})")
+    if ns.wait:
+        state = job.wait()
+        print(f"job {job.id}: {state}")
+        return 0 if state == "SUCCEEDED" else 1
+    return 0
+
+
+def _chaos(ns) -> int:
+    job_id = _job(ns)
+    killed = api.get_manager(**_target(ns)).chaos(job_id, rank=ns.kill_worker, node=ns.kill_node)
+    print(chaos_text(job_id, killed))
+    return 0
+
+
+def _stop(ns) -> int:
+    info = api.get_manager(**_target(ns)).stop(_job(ns), now=ns.now, grace_s=ns.grace)
+    print(stop_text(info, ns.now, ns.grace))
+    return 0
+
+
+def _register(ns) -> int:
+    job_id = _job(ns)
+    model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
+    print(register_text(register_from_args(api.get_manager(**_target(ns)), job_id, ns, model_fn)))
+    return 0
+
+
+def _costs(ns) -> int:
+    print(costs_text(api.get_manager(**_target(ns)), ns))
+    return 0
+
+
+def _gc(ns) -> int:
+    from .models import collect_garbage
+
+    report = collect_garbage(api.get_manager(**_target(ns)), ns.experiment, ns.keep, ns.all)
+    print(gc_text(report, ns.keep))
+    return 0
+
+
+def _services(ns) -> int:
+    print(services_text(ns.action))
+    return 0
+
+
+def _cluster(ns) -> int:
+    print(cluster_text(lambda n: api.get_manager(**_target(ns)), ns))
+    return 0
+
+
+#: subcommand -> what runs it; each returns the exit code.
+_COMMANDS = {
+    "help": _help,
+    "launch": _launch,
+    "list": _list,
+    "status": _status,
+    "attach": _status,
+    "logs": _logs,
+    "resume": _resume,
+    "chaos": _chaos,
+    "stop": _stop,
+    "register": _register,
+    "costs": _costs,
+    "gc": _gc,
+    "services": _services,
+    "cluster": _cluster,
+}
+
+
+def _run(ns) -> int:
+    return _COMMANDS[ns.command](ns)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,10 +14,8 @@ from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
 from . import api
+from .arguments import CommandError, HelpShown, build_parser, help_text, parse, spec_from_args
 from .commands import (
-    CommandError,
-    HelpShown,
-    build_parser,
     chaos_text,
     cluster_text,
     costs_text,
@@ -26,13 +24,10 @@ from .commands import (
     format_status,
     format_table,
     gc_text,
-    help_text,
     is_service_error,
-    parse,
     register_from_args,
     register_text,
     services_text,
-    spec_from_args,
     split_inputs,
     still_running_text,
     stop_text,

@@ -1,26 +1,54 @@
-"""JobSpec: the one validated description of a training job, shared by every door."""
+"""JobSpec: the one description of a training job, shared by every door and the driver.
+
+Its fields are the one table of a job's options: each field a user sets carries its
+``launch`` option (flags, argparse keywords and help: :class:`Option`, in the field's
+metadata), from which the ``%train launch`` / ``jupyter trainfactory launch`` parser and
+``arguments.spec_from_args`` are generated; ``api.launch`` is checked against the fields
+(``tests/test_spec.py``). Validation has two steps: :meth:`JobSpec.check` needs nothing
+but the values and runs on the cluster too (:meth:`JobSpec.from_dict`, in the job's
+driver); :meth:`JobSpec.check_local` needs the launching machine (the working directory,
+the price catalog file).
+
+Importing this module loads the standard library and the package's pure modules only
+(``spec_values``, ``accelerators``, ``tracking``'s helpers): the driver imports it.
+"""
 
 from __future__ import annotations
 
 import copy
 import getpass
 import json
-import math
 import os
-import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .accelerators import ACCELERATORS, accelerator, default_accelerator, resources_per_worker
+from .spec_values import (
+    PLACEMENTS,
+    SpecError,
+    check_number,
+    custom_resources,
+    label_selector,
+    parse_env,
+    parse_pairs,
+    placement_name,
+    positive_number,
+    selector_text,
+)
 from .tracking import flatten_config, json_safe, param_value
 
 __all__ = [
     "ON_STALL",
     "PLACEMENTS",
     "JobSpec",
+    "Option",
     "SpecError",
+    "cli_default",
     "current_owner",
     "flatten",
+    "launch_options",
     "parse_env",
     "parse_pairs",
     "selector_text",
@@ -29,99 +57,11 @@ __all__ = [
 DEFAULT_EXPERIMENT = "trainfactory"
 #: What a stall (no progress for ``stall_timeout`` s) does; see :class:`JobSpec`.
 ON_STALL = ("warn", "restart", "stop")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: ``--placement`` -> Ray's placement group strategy (``ray.util.placement_group``), which
-#: Ray Train uses for the workers' bundles (``ScalingConfig.placement_strategy``).
-PLACEMENTS = {
-    "pack": "PACK",
-    "spread": "SPREAD",
-    "strict-pack": "STRICT_PACK",
-    "strict-spread": "STRICT_SPREAD",
-}
-#: Resources with their own option; ``resources`` holds the custom ones.
-_BUILTIN_RESOURCES = {
-    "CPU": "CPUs come from --cpus-per-worker",
-    "GPU": "GPUs come from --gpus-per-worker",
-    "NPU": "NPUs come from --gpus-per-worker with --accelerator npu",
-    "HPU": "HPUs come from --gpus-per-worker with --accelerator hpu",
-    "TPU": "TPUs are not supported",
-    "memory": "Ray's memory resource is not reserved per worker by this tool",
-    "object_store_memory": "Ray's object store is not reserved per worker by this tool",
-}
-_LABEL_KEY = re.compile(r"^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-
-
-class SpecError(ValueError):
-    """Bad input for a job; the message is one sentence that says what to do instead."""
 
 
 def current_owner() -> str:
     """The JupyterHub user when running under JupyterHub, else the OS user."""
     return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-
-
-def parse_env(items: list[str] | dict[str, str] | None) -> dict[str, str]:
-    """``["KEY=VALUE", ...]`` (or a dict) -> ``{"KEY": "VALUE"}``; raises SpecError on bad items."""
-    if not items:
-        return {}
-    if isinstance(items, dict):
-        pairs = list(items.items())
-    else:
-        pairs = []
-        for item in items:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise SpecError(f"--env takes KEY=VALUE, got {item!r}.")
-            pairs.append((key, value))
-    for key, _ in pairs:
-        if not _ENV_KEY.match(key):
-            raise SpecError(f"{key!r} is not a valid environment variable name.")
-    return {k: str(v) for k, v in pairs}
-
-
-def parse_pairs(items: list[str] | dict[str, str] | None, option: str) -> dict[str, str]:
-    """``["KEY=VALUE", ...]`` (or a dict) -> ``{"KEY": "VALUE"}`` for ``option``'s message;
-    raises SpecError on an item without ``=`` or an empty key."""
-    if not items:
-        return {}
-    if isinstance(items, dict):
-        return {str(k): str(v) for k, v in items.items()}
-    out = {}
-    for item in items:
-        key, sep, value = str(item).partition("=")
-        if not sep or not key.strip():
-            raise SpecError(f"{option} takes KEY=VALUE, got {item!r}.")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _label_selector(value: Any, workers: int) -> dict[str, str] | list[dict[str, str]]:
-    """Validate a Ray label selector: one ``{label: expression}`` for every worker, or a
-    list of them, one per worker (Ray Train's per-worker-group form). An expression is
-    ``value``, ``!value``, ``in(a,b)`` or ``!in(a,b)`` (Ray's label selector syntax)."""
-    selectors = value if isinstance(value, list) else [value]
-    if isinstance(value, list) and len(value) != workers:
-        raise SpecError(
-            f"A per-worker label_selector list needs one entry per worker ({workers}),"
-            f" got {len(value)}."
-        )
-    out = []
-    for selector in selectors:
-        if not isinstance(selector, dict):
-            raise SpecError(f"A label selector is a dict of label -> value, got {selector!r}.")
-        for key, expr in selector.items():
-            if not _LABEL_KEY.match(str(key)):
-                raise SpecError(f"{key!r} is not a node label name (like 'ray.io/node-group').")
-            if not str(expr).strip() or str(expr).strip() in ("!", "in()", "!in()"):
-                raise SpecError(f"The label selector {key}= needs a value.")
-        out.append({str(k): str(v).strip() for k, v in selector.items()})
-    return out if isinstance(value, list) else out[0]
-
-
-def selector_text(selector: dict[str, str] | list[dict[str, str]] | None) -> str:
-    """A label selector (one dict, or one per worker) as ``key=value ...``, sorted."""
-    selectors = selector if isinstance(selector, list) else [selector] if selector else []
-    return " ".join(sorted({f"{k}={v}" for s in selectors for k, v in s.items()}))
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, str]:
@@ -130,13 +70,54 @@ def flatten(value: Any, prefix: str = "") -> dict[str, str]:
     return {k: param_value(v) for k, v in flatten_config(value, prefix).items()}
 
 
-def _check_number(name: str, value: Any, minimum: float, integer: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise SpecError(f"{name} must be a number, got {value!r}.")
-    if integer and int(value) != value:
-        raise SpecError(f"{name} must be a whole number, got {value!r}.")
-    if value < minimum:
-        raise SpecError(f"{name} must be at least {minimum:g}, got {value!r}.")
+@dataclass(frozen=True)
+class Option:
+    """The ``launch`` option of a JobSpec field.
+
+    ``flags`` (``("--workers",)``) and ``kwargs`` (``type``, ``help``, ``choices``,
+    ``metavar``, ``action``, ``nargs``) go to ``argparse.add_argument``; the option's
+    ``dest`` is the field's name. ``default`` is argparse's default (``None``,
+    ``[]`` ...), where it differs from the field's. A ``session`` option starts unset so
+    that a door's own default (``%config TrainMagics.experiment``) can fill it; a
+    ``shared`` one is an option of every subcommand (``--address``, ``--tracking-uri``).
+    """
+
+    flags: tuple[str, ...]
+    kwargs: Mapping[str, Any]
+    default: Any = MISSING
+    session: bool = False
+    shared: bool = False
+
+
+def _option(
+    *flags: str,
+    default: Any = None,
+    factory: Any = MISSING,
+    cli_default: Any = MISSING,
+    session: bool = False,
+    shared: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """A JobSpec field (``default``, or ``factory()`` for a mutable one) with its option."""
+    if session:
+        cli_default = None
+    elif cli_default is MISSING and factory is not MISSING:
+        cli_default = []  # a repeatable option collects a list
+    option = Option(flags, kwargs, cli_default, session, shared)
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata={"option": option})
+    return field(default=default, metadata={"option": option})
+
+
+def launch_options() -> list[tuple[Field, Option]]:
+    """The JobSpec fields a user sets, in order, each with its :class:`Option`."""
+    return [(f, f.metadata["option"]) for f in fields(JobSpec) if "option" in f.metadata]
+
+
+def cli_default(spec_field: Field, option: Option) -> Any:
+    """What argparse gives ``spec_field``'s option when the line does not set it (a fresh
+    list for a repeatable option)."""
+    return copy.copy(spec_field.default if option.default is MISSING else option.default)
 
 
 @dataclass
@@ -219,66 +200,205 @@ class JobSpec:
     """
 
     function_name: str
-    workers: int = 2
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
-    accelerator: str | None = None
-    resources: dict[str, float] = field(default_factory=dict)
-    placement: str = "pack"
-    label_selector: dict[str, str] | list[dict[str, str]] = field(default_factory=dict)
-    max_failures: int = 0
-    max_preemptions: int = -1
-    keep_checkpoints: int = 2
-    keep_best: str | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    experiment: str = DEFAULT_EXPERIMENT
-    run_name: str = ""
-    working_dir: str | None = None
-    pip: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    address: str | None = None
-    tracking_uri: str | None = None
-    storage: str | None = None
+    workers: int = _option("--workers", default=2, type=int, help="Ray Train workers (ranks)")
+    cpus_per_worker: float = _option("--cpus-per-worker", default=1.0, type=float)
+    gpus_per_worker: float = _option(
+        "--gpus-per-worker",
+        "--accelerators-per-worker",
+        default=0.0,
+        type=float,
+        help="accelerators (GPUs, NPUs or HPUs, by --accelerator) each worker uses",
+    )
+    accelerator: str | None = _option(
+        "--accelerator",
+        choices=list(ACCELERATORS),
+        help="gpu, npu, hpu or cpu (default: gpu with --gpus-per-worker, else cpu)",
+    )
+    resources: dict[str, float] = _option(
+        "--resources",
+        factory=dict,
+        action="append",
+        metavar="NAME=AMOUNT",
+        help="a custom Ray resource each worker reserves (repeat for more)",
+    )
+    placement: str = _option(
+        "--placement",
+        default="pack",
+        choices=list(PLACEMENTS),
+        help="pack (default: fewest nodes), spread, strict-pack (one node) or strict-spread",
+    )
+    label_selector: dict[str, str] | list[dict[str, str]] = _option(
+        "--label-selector",
+        factory=dict,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Ray node label the workers' nodes must have: VALUE, !VALUE, in(A,B) (repeat for more)",
+    )
+    max_failures: int = _option(
+        "--max-failures", default=0, type=int, help="worker-failure restarts (-1: unlimited)"
+    )
+    max_preemptions: int = _option(
+        "--max-preemptions", default=-1, type=int, help="preemption restarts (-1: unlimited)"
+    )
+    keep_checkpoints: int = _option(
+        "--keep-checkpoints", default=2, type=int, metavar="N", help="checkpoints kept (>= 1)"
+    )
+    keep_best: str | None = _option(
+        "--keep-best", metavar="METRIC:max|min", help="keep the best checkpoints by a metric"
+    )
+    config: dict[str, Any] = _option(  # the door evaluates EXPR (spec_from_args gets it)
+        "--config",
+        factory=dict,
+        cli_default=None,
+        metavar="EXPR",
+        help="Python expression for the config dict",
+    )
+    experiment: str = _option(
+        "--experiment",
+        default=DEFAULT_EXPERIMENT,
+        session=True,
+        help="MLflow experiment (default: trainfactory)",
+    )
+    run_name: str = _option(
+        "--run-name",
+        default="",
+        cli_default=None,
+        help="MLflow run name (default: the function's name)",
+    )
+    working_dir: str | None = _option("--working-dir", help="directory shipped to every worker")
+    pip: list[str] = _option(
+        "--pip",
+        factory=list,
+        nargs="+",
+        action="extend",
+        metavar="REQ",
+        help="pip requirements installed for the job",
+    )
+    env: dict[str, str] = _option(
+        "--env",
+        factory=dict,
+        nargs="+",
+        action="extend",
+        metavar="KEY=VALUE",
+        help="environment variables of the job",
+    )
+    address: str | None = _option(
+        "--address",
+        session=True,
+        shared=True,
+        help="Ray dashboard / Jobs API URL (default: local head)",
+    )
+    tracking_uri: str | None = _option(
+        "--tracking-uri",
+        session=True,
+        shared=True,
+        help="MLflow tracking URI (default: local server)",
+    )
+    storage: str | None = _option(
+        "--storage", session=True, help="Ray Train storage path (shared by all nodes)"
+    )
     source: str = ""
-    peak_tflops: float | None = None
-    flops_per_token: float | None = None
-    stall_timeout: float | None = None
-    on_stall: str = "warn"
-    budget: float | None = None
-    price_catalog: str | None = None
-    spot: bool = False
-    project: str = ""
-    target_steps: int | None = None
+    peak_tflops: float | None = _option(
+        "--peak-tflops",
+        type=float,
+        metavar="TFLOPS",
+        help="peak dense TFLOP/s of one accelerator for MFU (default: looked up by GPU name)",
+    )
+    flops_per_token: float | None = _option(
+        "--flops-per-token",
+        type=float,
+        metavar="FLOPS",
+        help="training FLOPs per token (default: 6N + attention, from the model)",
+    )
+    stall_timeout: float | None = _option(
+        "--stall-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a job with no step or report for this long is stalled (default: off)",
+    )
+    on_stall: str = _option(
+        "--on-stall",
+        default="warn",
+        choices=ON_STALL,
+        help="on a stall: warn (default), restart from the checkpoint, or stop",
+    )
+    budget: float | None = _option(
+        "--budget",
+        type=float,
+        metavar="AMOUNT",
+        help="stop gracefully before the cost passes this (price catalog's currency)",
+    )
+    price_catalog: str | None = _option(
+        "--price-catalog",
+        session=True,
+        metavar="PATH",
+        help="TOML prices (default: the example prices)",
+    )
+    spot: bool = _option(
+        "--spot", default=False, action="store_true", help="workers on spot capacity"
+    )
+    project: str = _option(
+        "--project",
+        default="",
+        cli_default=None,
+        help="chargeback group (team, grant) for costs --by project",
+    )
+    target_steps: int | None = _option(
+        "--target-steps",
+        type=int,
+        metavar="N",
+        help="the step the job should reach: the dashboard projects its cost to it",
+    )
     owner: str = field(default_factory=current_owner)
 
     def __post_init__(self) -> None:
         self.validate()
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        """The JobSpec of a :meth:`to_dict` (a job's payload), checked with :meth:`check`
+        only: where it is rebuilt (the job's driver, on a cluster node) the launching
+        machine's working directory and price catalog file are not there to check.
+
+        Keys it does not know are ignored, missing ones take their defaults (a payload
+        written by another version). Raises SpecError (one sentence) on a bad value.
+        """
+        spec = cls.__new__(cls)  # not cls(...): __post_init__ runs the local checks too
+        for f in fields(cls):
+            if f.name in data:
+                value = copy.deepcopy(data[f.name])
+            elif f.default is not MISSING:
+                value = f.default
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                raise SpecError(f"The job's description has no {f.name}.")
+            setattr(spec, f.name, value)
+        spec.check()
+        return spec
+
     def validate(self) -> None:
-        """Check every field; raise :class:`SpecError` with one sentence on the first problem."""
+        """Every check (:meth:`check`, then :meth:`check_local`); raises :class:`SpecError`
+        with one sentence on the first problem."""
+        self.check()
+        self.check_local()
+
+    def check(self) -> None:
+        """Check and normalize every value without the file system or a cluster (it runs
+        in the job's driver too); raise :class:`SpecError` with one sentence on the first
+        problem."""
         if not self.function_name or not self.function_name.isidentifier():
             raise SpecError(f"{self.function_name!r} is not a function name.")
-        _check_number("workers", self.workers, 1, integer=True)
+        check_number("workers", self.workers, 1, integer=True)
         self.workers = int(self.workers)
-        _check_number("cpus_per_worker", self.cpus_per_worker, 0)
-        _check_number("gpus_per_worker", self.gpus_per_worker, 0)
+        check_number("cpus_per_worker", self.cpus_per_worker, 0)
+        check_number("gpus_per_worker", self.gpus_per_worker, 0)
         if self.cpus_per_worker == 0 and self.gpus_per_worker == 0:
             raise SpecError(
                 "A worker needs some CPU or GPU; set cpus_per_worker or gpus_per_worker above 0."
             )
-        self._validate_placement()
-        _check_number("max_failures", self.max_failures, -1, integer=True)
-        self.max_failures = int(self.max_failures)
-        _check_number("max_preemptions", self.max_preemptions, -1, integer=True)
-        self.max_preemptions = int(self.max_preemptions)
-        _check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
-        self.keep_checkpoints = int(self.keep_checkpoints)
-        if self.keep_best is not None:
-            metric, sep, order = str(self.keep_best).rpartition(":")
-            if not sep or not metric or order not in ("max", "min"):
-                raise SpecError(
-                    f"keep_best takes METRIC:max or METRIC:min, got {self.keep_best!r}."
-                )
+        self._check_placement()
+        self._check_retention()
         if self.config is None:
             self.config = {}
         if not isinstance(self.config, dict):
@@ -286,11 +406,6 @@ class JobSpec:
         if not self.experiment or not self.experiment.strip():
             raise SpecError("The experiment name must not be empty.")
         self.run_name = self.run_name or self.function_name
-        if self.working_dir is not None:
-            path = Path(self.working_dir).expanduser()
-            if not path.is_dir():
-                raise SpecError(f"The working directory {self.working_dir!r} does not exist.")
-            self.working_dir = str(path.resolve())
         if isinstance(self.pip, str):
             self.pip = [self.pip]
         self.pip = [str(p) for p in (self.pip or [])]
@@ -299,30 +414,17 @@ class JobSpec:
             value = getattr(self, name)
             if value is None:
                 continue
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number or not math.isfinite(value) or value <= 0:
+            if not positive_number(value):
                 raise SpecError(f"{name} must be a positive, finite number, got {value!r}.")
             setattr(self, name, float(value))
-        if self.stall_timeout is not None:
-            _check_number("stall_timeout", self.stall_timeout, 1)
-            self.stall_timeout = float(self.stall_timeout)
-        if self.on_stall not in ON_STALL:
-            raise SpecError(f"on_stall takes {', '.join(ON_STALL)}, got {self.on_stall!r}.")
-        if self.on_stall != "warn" and self.stall_timeout is None:
-            raise SpecError(
-                f"--on-stall {self.on_stall} needs --stall-timeout SECONDS (stall_timeout)."
-            )
+        self._check_stall()
         if self.budget is not None:
-            number = isinstance(self.budget, (int, float)) and not isinstance(self.budget, bool)
-            if not number or not math.isfinite(self.budget) or self.budget <= 0:
+            if not positive_number(self.budget):
                 raise SpecError(f"budget must be a positive amount, got {self.budget!r}.")
             self.budget = float(self.budget)
-        if self.price_catalog:
-            self.price_catalog = str(Path(self.price_catalog).expanduser().resolve())
-            self.catalog()  # a bad file is refused now, before anything is submitted
         self.project = str(self.project or "").strip()
         if self.target_steps is not None:
-            _check_number("target_steps", self.target_steps, 1, integer=True)
+            check_number("target_steps", self.target_steps, 1, integer=True)
             self.target_steps = int(self.target_steps)
         if self.on_stall == "restart" and self.max_failures == 0:
             raise SpecError(
@@ -330,9 +432,19 @@ class JobSpec:
                 " set --max-failures (max_failures) to 1 or more, or -1."
             )
 
-    def _validate_placement(self) -> None:
-        from .accelerators import accelerator, default_accelerator
+    def check_local(self) -> None:
+        """The checks that need the launching machine: the working directory exists (its
+        path made absolute) and the price catalog file loads. Raises SpecError."""
+        if self.working_dir is not None:
+            path = Path(self.working_dir).expanduser()
+            if not path.is_dir():
+                raise SpecError(f"The working directory {self.working_dir!r} does not exist.")
+            self.working_dir = str(path.resolve())
+        if self.price_catalog:
+            self.price_catalog = str(Path(self.price_catalog).expanduser().resolve())
+            self.catalog()  # a bad file is refused now, before anything is submitted
 
+    def _check_placement(self) -> None:
         try:
             row = accelerator(self.accelerator or default_accelerator(self.gpus_per_worker))
         except ValueError as exc:
@@ -348,41 +460,44 @@ class JobSpec:
                 f"--accelerator {row.name} needs --gpus-per-worker N, the {row.resource}s"
                 " each worker uses."
             )
-        resources = self.resources or {}
-        if isinstance(resources, list):
-            resources = parse_pairs(resources, "--resources")
-        if not isinstance(resources, dict):
-            raise SpecError(f"resources must be a dict, got {type(resources).__name__}.")
-        checked = {}
-        for key, value in resources.items():
-            if key in _BUILTIN_RESOURCES:
-                raise SpecError(f"--resources is for custom resources; {_BUILTIN_RESOURCES[key]}.")
-            try:
-                amount = float(value)
-            except (TypeError, ValueError):
-                amount = math.nan
-            if not math.isfinite(amount) or amount < 0:
+        self.resources = custom_resources(self.resources)
+        self.placement = placement_name(self.placement)
+        self.label_selector = label_selector(self.label_selector, self.workers)
+
+    def _check_retention(self) -> None:
+        check_number("max_failures", self.max_failures, -1, integer=True)
+        self.max_failures = int(self.max_failures)
+        check_number("max_preemptions", self.max_preemptions, -1, integer=True)
+        self.max_preemptions = int(self.max_preemptions)
+        check_number("keep_checkpoints", self.keep_checkpoints, 1, integer=True)
+        self.keep_checkpoints = int(self.keep_checkpoints)
+        if self.keep_best is not None:
+            metric, sep, order = str(self.keep_best).rpartition(":")
+            if not sep or not metric or order not in ("max", "min"):
                 raise SpecError(
-                    f"--resources {key} takes an amount of 0 or more, like {key}=1; got {value!r}."
+                    f"keep_best takes METRIC:max or METRIC:min, got {self.keep_best!r}."
                 )
-            if amount > 0:
-                checked[str(key)] = amount
-        self.resources = checked
-        placement = str(self.placement or "pack").lower().replace("_", "-")
-        if placement not in PLACEMENTS:
-            raise SpecError(f"--placement takes {', '.join(PLACEMENTS)}, got {self.placement!r}.")
-        self.placement = placement
-        selector = self.label_selector or {}
-        if isinstance(selector, (list, tuple)) and all(isinstance(x, str) for x in selector):
-            selector = parse_pairs(list(selector), "--label-selector")
-        self.label_selector = _label_selector(
-            list(selector) if isinstance(selector, tuple) else selector, self.workers
-        )
+
+    def _check_stall(self) -> None:
+        if self.stall_timeout is not None:
+            check_number("stall_timeout", self.stall_timeout, 1)
+            self.stall_timeout = float(self.stall_timeout)
+        if self.on_stall not in ON_STALL:
+            raise SpecError(f"on_stall takes {', '.join(ON_STALL)}, got {self.on_stall!r}.")
+        if self.on_stall != "warn" and self.stall_timeout is None:
+            raise SpecError(
+                f"--on-stall {self.on_stall} needs --stall-timeout SECONDS (stall_timeout)."
+            )
+
+    def keep_best_order(self) -> tuple[str, str] | None:
+        """``keep_best`` as ``(metric, "max" | "min")``; None when the newest are kept."""
+        if not self.keep_best:
+            return None
+        metric, _, order = self.keep_best.rpartition(":")
+        return metric, order
 
     def worker_resources(self) -> dict[str, float]:
         """The Ray resources of one worker: ``{"CPU": 1, "GPU": 1, "rack_a": 1}``."""
-        from .accelerators import resources_per_worker
-
         need = resources_per_worker(
             self.cpus_per_worker, self.gpus_per_worker, self.accelerator, self.resources
         )

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_payload", "main"]
+__all__ = ["build_trainer", "job_spec", "load_payload", "main"]
 
 
 class _Stopped(BaseException):
@@ -36,6 +36,18 @@ def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
     if (base / "config.pkl").is_file():
         meta["config"] = cloudpickle.loads((base / "config.pkl").read_bytes())
     return meta, fn
+
+
+def job_spec(meta: dict[str, Any]):
+    """The job's :class:`~jupyter_trainfactory.spec.JobSpec`, rebuilt from the payload's
+    ``meta["spec"]`` (``JobSpec.to_dict``) with its pure checks only, its ``config`` the
+    one given (``meta["config"]``) when the payload has it. Raises SpecError."""
+    from jupyter_trainfactory.spec import JobSpec
+
+    spec = JobSpec.from_dict(meta["spec"])
+    if "config" in meta:
+        spec.config = meta["config"]
+    return spec
 
 
 class InterpreterMismatch(RuntimeError):
@@ -71,26 +83,23 @@ def check_interpreter(client: dict[str, Any] | None) -> None:
     )
 
 
-def _worker_resources(spec: dict[str, Any]) -> dict[str, float]:
+def _worker_resources(spec) -> dict[str, float]:
+    """One worker's Ray resources, zeros kept (``{"CPU": 1.0, "GPU": 0.0}``)."""
     from jupyter_trainfactory.accelerators import resources_per_worker
 
     return resources_per_worker(
-        spec["cpus_per_worker"],
-        spec["gpus_per_worker"],
-        spec.get("accelerator"),
-        spec.get("resources"),
+        spec.cpus_per_worker, spec.gpus_per_worker, spec.accelerator, spec.resources
     )
 
 
-def _resources_text(spec: dict[str, Any]) -> str:
+def _resources_text(spec) -> str:
     """``2 workers x (1 CPU, 1 GPU), placement pack, labels ray.io/market-type=spot``."""
     from jupyter_trainfactory.spec import selector_text
 
     parts = ", ".join(f"{v:g} {k}" for k, v in _worker_resources(spec).items())
-    n = spec["workers"]
-    text = f"{n} worker{'s' if n != 1 else ''} x ({parts})"
-    text += f", placement {spec.get('placement') or 'pack'}"
-    labels = selector_text(spec.get("label_selector"))
+    n = spec.workers
+    text = f"{n} worker{'s' if n != 1 else ''} x ({parts}), placement {spec.placement}"
+    labels = selector_text(spec.label_selector)
     return text + (f", labels {labels}" if labels else "")
 
 
@@ -112,14 +121,14 @@ class NodeSamplers:
     def __init__(self, ray, recorder, meta: dict[str, Any]):
         from jupyter_trainfactory.accelerators import accelerator
 
-        spec = meta["spec"]
+        spec = job_spec(meta)
         self._ray = ray
         self._recorder = recorder
         self._job_id = meta["job_id"]
-        self._workers = int(spec["workers"])
-        self._strategy = spec.get("placement", "pack")
+        self._workers = spec.workers
+        self._strategy = spec.placement
         self._min_nodes = int(meta.get("min_nodes") or 1)
-        self._accelerator = accelerator(spec.get("accelerator") or "cpu")
+        self._accelerator = accelerator(spec.accelerator)
         self._actors: dict[str, Any] = {}
         self._labels: dict[str, str] = {}
         self._watched: set[tuple[str, str | None]] = set()
@@ -220,17 +229,16 @@ class NodeSamplers:
             self._ray.wait(refs, num_returns=len(refs), timeout=15)
 
 
-def _checkpoint_config(config_class, spec: dict[str, Any]):
+def _checkpoint_config(config_class, spec):
     """Retention: the newest ``keep_checkpoints``, or the best by ``keep_best``."""
-    keep_best = spec.get("keep_best")
-    if keep_best:
-        metric, _, order = keep_best.rpartition(":")
+    best = spec.keep_best_order()
+    if best:
         return config_class(
-            num_to_keep=spec.get("keep_checkpoints", 2),
-            checkpoint_score_attribute=metric,
-            checkpoint_score_order=order,
+            num_to_keep=spec.keep_checkpoints,
+            checkpoint_score_attribute=best[0],
+            checkpoint_score_order=best[1],
         )
-    return config_class(num_to_keep=spec.get("keep_checkpoints", 2))
+    return config_class(num_to_keep=spec.keep_checkpoints)
 
 
 def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
@@ -244,26 +252,25 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
     from ray_backend.callbacks import RecorderCallback
     from ray_backend.session import instrument
 
-    spec = meta["spec"]
-    row = accelerator(spec.get("accelerator") or "cpu")
-    resources = _worker_resources(spec)
+    spec = job_spec(meta)
+    row = accelerator(spec.accelerator)
     return TorchTrainer(
         instrument(fn, meta["job_id"]),
-        train_loop_config=meta["config"],
+        train_loop_config=spec.config,
         torch_config=TorchConfig(backend=row.backend),
         scaling_config=ScalingConfig(
-            num_workers=spec["workers"],
+            num_workers=spec.workers,
             use_gpu=row.use_gpu,
-            resources_per_worker=resources,
-            placement_strategy=PLACEMENTS[spec.get("placement") or "pack"],
-            label_selector=spec.get("label_selector") or None,
+            resources_per_worker=_worker_resources(spec),
+            placement_strategy=PLACEMENTS[spec.placement],
+            label_selector=spec.label_selector or None,
         ),
         run_config=RunConfig(
             name=meta["job_id"],
             storage_path=meta["storage_path"],
             failure_config=FailureConfig(
-                max_failures=spec["max_failures"],
-                max_preemption_failures=spec.get("max_preemptions", -1),
+                max_failures=spec.max_failures,
+                max_preemption_failures=spec.max_preemptions,
             ),
             checkpoint_config=_checkpoint_config(CheckpointConfig, spec),
             callbacks=[RecorderCallback(recorder)],
@@ -278,15 +285,15 @@ def _cost_meter(meta: dict[str, Any]):
 
     if not meta.get("price_catalog"):
         return None
-    spec = meta["spec"]
+    spec = job_spec(meta)
     return CostMeter(
         PriceCatalog.from_dict(meta["price_catalog"]),
-        workers=spec["workers"],
-        gpus_per_worker=float(spec["gpus_per_worker"]),
-        cpus_per_worker=float(spec["cpus_per_worker"]),
-        keep_checkpoints=spec.get("keep_checkpoints", 2),
-        spot=bool(spec.get("spot")),
-        budget=spec.get("budget"),
+        workers=spec.workers,
+        gpus_per_worker=float(spec.gpus_per_worker),
+        cpus_per_worker=float(spec.cpus_per_worker),
+        keep_checkpoints=spec.keep_checkpoints,
+        spot=spec.spot,
+        budget=spec.budget,
     )
 
 
@@ -329,26 +336,14 @@ def _wait_for_fit(
             raise _GracefulStop(status["reason"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        meta, fn = load_payload(argv[0])
-    except InterpreterMismatch as exc:
-        print(f"trainfactory: {exc}", file=sys.stderr, flush=True)
-        return 1
-
-    import ray
+def _start_recorder(ray, meta: dict[str, Any], spec):
+    """The job's RunRecorder actor, on the driver's node (a worker node that dies must not
+    take the record along), once it answers."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from ray_backend.callbacks import last_line
     from ray_backend.recorder import RunRecorder
     from ray_backend.session import RECORDER_NAMESPACE, recorder_name
 
-    def _on_signal(signum, frame):
-        raise _Stopped(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    ray.init(logging_level=logging.WARNING, log_to_driver=True)
     recorder = (
         ray.remote(RunRecorder)
         .options(
@@ -356,7 +351,6 @@ def main(argv: list[str] | None = None) -> int:
             namespace=RECORDER_NAMESPACE,
             num_cpus=0,
             lifetime=None,
-            # on the driver's node: a worker node that dies must not take the record along
             scheduling_strategy=NodeAffinitySchedulingStrategy(
                 ray.get_runtime_context().get_node_id(), soft=False
             ),
@@ -364,27 +358,27 @@ def main(argv: list[str] | None = None) -> int:
         .remote(
             meta["tracking_uri"],
             meta["run_id"],
-            gpus_per_worker=float(meta["spec"]["gpus_per_worker"]),
-            peak_tflops=meta["spec"].get("peak_tflops"),
-            flops_per_token=meta["spec"].get("flops_per_token"),
-            stall_timeout_s=meta["spec"].get("stall_timeout"),
-            on_stall=meta["spec"].get("on_stall", "warn"),
+            gpus_per_worker=float(spec.gpus_per_worker),
+            peak_tflops=spec.peak_tflops,
+            flops_per_token=spec.flops_per_token,
+            stall_timeout_s=spec.stall_timeout,
+            on_stall=spec.on_stall,
             resume=int(meta.get("resume", 0)),
             cost=_cost_meter(meta),
-            workers=int(meta["spec"]["workers"]),
-            target_steps=meta["spec"].get("target_steps"),
+            workers=spec.workers,
+            target_steps=spec.target_steps,
         )
     )
     ray.get(recorder.ping.remote())
-    from jupyter_trainfactory.redact import mask_url
+    return recorder
 
-    resources = _resources_text(meta["spec"])
-    print(
-        f"trainfactory: job {meta['job_id']}: {resources}; run {meta['run_id']}"
-        f" at {mask_url(meta['tracking_uri'])}",
-        flush=True,
-    )
-    recorder.set_state.remote("PENDING", f"waiting for resources: {resources}")
+
+def _train(ray, meta: dict[str, Any], fn: Any, recorder) -> int:
+    """Run ``fit()`` (in a thread, the node samplers polled meanwhile) and close the run
+    with the matching status; returns the exit code (0, 1 on a failure, 130 when Ray
+    stopped the job)."""
+    from ray_backend.callbacks import last_line
+
     samplers = NodeSamplers(ray, recorder, meta)
     started = time.time()
     box: dict[str, Any] = {}
@@ -417,6 +411,38 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ray.get(recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=330)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job of the payload module ``argv[0]``; returns the exit code."""
+    from jupyter_trainfactory.spec_values import SpecError
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        meta, fn = load_payload(argv[0])
+        spec = job_spec(meta)
+    except (InterpreterMismatch, SpecError) as exc:
+        print(f"trainfactory: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+    import ray
+
+    from jupyter_trainfactory.redact import mask_url
+
+    def _on_signal(signum, frame):
+        raise _Stopped(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    ray.init(logging_level=logging.WARNING, log_to_driver=True)
+    recorder = _start_recorder(ray, meta, spec)
+    resources = _resources_text(spec)
+    print(
+        f"trainfactory: job {meta['job_id']}: {resources}; run {meta['run_id']}"
+        f" at {mask_url(meta['tracking_uri'])}",
+        flush=True,
+    )
+    recorder.set_state.remote("PENDING", f"waiting for resources: {resources}")
+    return _train(ray, meta, fn, recorder)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,8 @@ from conftest import ipython_shell
 from IPython.core.error import UsageError
 
 from jupyter_trainfactory import cli
-from jupyter_trainfactory.commands import (
-    CommandError,
-    build_parser,
-    default_job,
-    parse,
-    still_running_text,
-)
+from jupyter_trainfactory.arguments import CommandError, build_parser, parse
+from jupyter_trainfactory.commands import default_job, still_running_text
 from jupyter_trainfactory.jobs import TERMINAL_STATES, JobInfo
 from jupyter_trainfactory.magics import TrainMagics, expand_variables
 

@@ -1,9 +1,15 @@
 """JobSpec validation and parameter flattening (no services needed)."""
 
+import dataclasses
+import inspect
+import subprocess
+import sys
+
 import pytest
 
+from jupyter_trainfactory.arguments import CommandError, parse
 from jupyter_trainfactory.cluster import ClusterInfo, Node, check_placement
-from jupyter_trainfactory.commands import CommandError, format_table, parse
+from jupyter_trainfactory.commands import format_table
 from jupyter_trainfactory.spec import JobSpec, SpecError, flatten, parse_env
 
 
@@ -99,7 +105,7 @@ def test_format_table():
 
 
 def test_cluster_options_parse_into_the_spec():
-    from jupyter_trainfactory.commands import spec_from_args
+    from jupyter_trainfactory.arguments import spec_from_args
 
     ns = parse(
         "launch --resources tf=1 --resources x=0.5 --label-selector zone=a train"
@@ -111,3 +117,81 @@ def test_cluster_options_parse_into_the_spec():
     assert (spec.placement, spec.label_selector) == ("strict-spread", {"zone": "a"})
     with pytest.raises(CommandError, match="invalid choice: 'scatter'"):
         parse("launch train --placement scatter")
+
+
+def _spec_default(spec_field):
+    if spec_field.default is not dataclasses.MISSING:
+        return spec_field.default
+    return spec_field.default_factory()
+
+
+def test_every_door_has_every_option_of_the_spec():
+    """A JobSpec field a user sets is an option of every door: the parser of ``%train
+    launch`` and ``jupyter trainfactory launch``, ``spec_from_args`` and ``api.launch``
+    (with the spec's default); a field without its door fails here."""
+    from jupyter_trainfactory import api
+    from jupyter_trainfactory.arguments import build_parser, spec_from_args
+    from jupyter_trainfactory.spec import launch_options
+
+    fields = {f.name: f for f in dataclasses.fields(JobSpec)}
+    user_set = set(fields) - {"function_name", "owner"}  # from the function; who launches
+    # the spec: every such field has its launch option, but the source (each door's own)
+    assert {f.name for f, _ in launch_options()} == user_set - {"source"}
+    for prog, target in (("%train", "FUNC"), ("jupyter trainfactory", "FILE.py:FUNC")):
+        parser = build_parser(prog, target)
+        launch = parser._subparsers._group_actions[0].choices["launch"]
+        missing = user_set - {"source"} - {a.dest for a in launch._actions}
+        assert not missing, f"{prog} launch lacks an option for {sorted(missing)}"
+        # what the line leaves unset is the spec's default
+        assert spec_from_args(parse("launch train", parser), "train", {}, "") == JobSpec("train")
+    parameters = inspect.signature(api.launch).parameters
+    missing = user_set - set(parameters)
+    assert not missing, f"api.launch lacks a parameter for {sorted(missing)}"
+    for name in user_set:
+        default, given = _spec_default(fields[name]), parameters[name].default
+        empty = isinstance(default, (dict, list)) and not default
+        assert given == default or (empty and given is None), f"api.launch's {name}={given!r}"
+
+
+def test_the_spec_travels_to_the_driver_and_back(tmp_path):
+    """``to_dict`` -> ``from_dict`` (the driver's side) gives the same spec, checked
+    without the launching machine's files; a bad value is still refused."""
+    spec = JobSpec(
+        "train",
+        workers=3,
+        gpus_per_worker=1,
+        placement="strict-spread",
+        label_selector={"zone": "a"},
+        resources={"rack_a": 1},
+        keep_best="loss:min",
+        working_dir=str(tmp_path),
+        stall_timeout=60,
+        on_stall="stop",
+        budget=5,
+        spot=True,
+        env={"A": "1"},
+    )
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    elsewhere = {**spec.to_dict(), "working_dir": "/only/on/the/laptop", "new_field": 1}
+    assert JobSpec.from_dict(elsewhere).working_dir == "/only/on/the/laptop"
+    with pytest.raises(SpecError, match="workers must be at least 1"):
+        JobSpec.from_dict({**spec.to_dict(), "workers": 0})
+    assert JobSpec.from_dict({"function_name": "f"}).keep_checkpoints == 2
+
+
+def test_the_driver_imports_the_spec_without_local_modules():
+    """The job's driver (on a cluster node) imports ``spec``: it loads no MLflow, Ray,
+    Jupyter or local-only module of this package."""
+    code = (
+        "import sys, jupyter_trainfactory.spec; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('mlflow', 'ray', 'IPython', 'ipywidgets', 'bokeh', 'tornado', 'jupyter_server',"
+        " 'requests', 'torch') or m.startswith('jupyter_trainfactory.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert set(out.stdout.split()) == {
+        "jupyter_trainfactory.accelerators",
+        "jupyter_trainfactory.spec",
+        "jupyter_trainfactory.spec_values",
+        "jupyter_trainfactory.tracking",
+    }

@@ -1,0 +1,324 @@
+"""The ``train`` subcommands' arguments: one parser for the ``%train`` magic and the
+``jupyter trainfactory`` command, and the JobSpec of a parsed ``launch``.
+
+``launch``'s job options are generated from the JobSpec fields (:func:`~.spec.launch_options`),
+so a new field with its option is a new option of both doors; errors raise
+:class:`CommandError` (one sentence), never ``SystemExit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+from typing import Any
+
+from .chargeback import GROUPS, SORT_KEYS
+from .spec import JobSpec, cli_default, launch_options
+
+__all__ = [
+    "CommandError",
+    "HelpShown",
+    "build_parser",
+    "help_text",
+    "parse",
+    "spec_from_args",
+]
+
+
+class CommandError(Exception):
+    """Bad command-line input; the message is one sentence for the user."""
+
+
+class HelpShown(Exception):  # noqa: N818 (a signal, not an error)
+    """``-h`` / ``help`` printed the help text; nothing else to do."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--worker 2` must not mean --workers
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # argparse would print usage and sys.exit(2)
+        sub = self.prog.rsplit(" ", 1)[-1] if " " in self.prog else ""
+        raise CommandError(f"{sub}: {message}" if sub and sub != "trainfactory" else message)
+
+    def exit(self, status: int = 0, message: str | None = None):
+        if status == 0:
+            raise HelpShown()
+        raise CommandError(message.strip() if message else "exited")
+
+
+def _add_spec_options(parser: argparse.ArgumentParser, shared: bool) -> None:
+    """The JobSpec's options: those of ``launch`` (``shared=False``), or those every
+    subcommand has (``--address``, ``--tracking-uri``)."""
+    for spec_field, option in launch_options():
+        if option.shared == shared:
+            parser.add_argument(
+                *option.flags,
+                dest=spec_field.name,
+                default=cli_default(spec_field, option),
+                **option.kwargs,
+            )
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    _add_spec_options(parser, shared=True)
+
+
+def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.ArgumentParser:
+    """The parser of every subcommand; errors raise :class:`CommandError` (never exit).
+
+    ``launch_target`` is the metavar of launch's function (``FUNC`` in a notebook,
+    ``FILE.py:FUNC`` on the command line)."""
+    parser = _Parser(prog=prog, description="Launch, watch and control Ray Train jobs.")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
+    _add_launch(sub, launch_target)
+    _add_resume(sub)
+    _add_chaos(sub)
+    _add_register(sub)
+    _add_reports(sub)
+    _add_job_views(sub)
+    _add_cluster(sub)
+    return parser
+
+
+def _add_launch(sub, launch_target: str) -> None:
+    launch = sub.add_parser("launch", help="start a training job")
+    launch.add_argument(
+        "target", metavar=launch_target, help="the training function: takes one config dict"
+    )
+    _add_spec_options(launch, shared=False)
+    launch.add_argument(
+        "--input",
+        dest="inputs",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="NAME=DATA",
+        help="declare training data (a path, a URI or a variable) for lineage",
+    )
+    launch.add_argument(
+        "--model-fn",
+        metavar="FUNC",
+        help="function(checkpoint_dir) -> model, kept for register",
+    )
+    launch.add_argument("--wait", action="store_true", help="block until the job ends")
+    _add_target(launch)
+
+
+def _add_resume(sub) -> None:
+    resume = sub.add_parser(
+        "resume", help="continue a stopped or failed job from its latest good checkpoint"
+    )
+    resume.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+    resume.add_argument(
+        "--max-failures", type=int, help="a new worker-failure budget for this submission"
+    )
+    resume.add_argument("--wait", action="store_true", help="block until the job ends")
+    _add_target(resume)
+
+
+def _add_chaos(sub) -> None:
+    chaos = sub.add_parser("chaos", help="fault injection: kill a running job's worker or node")
+    chaos.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+    what = chaos.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--kill-worker",
+        type=int,
+        nargs="?",
+        const=-1,
+        metavar="RANK",
+        help="kill the worker process of this rank (default: the last rank)",
+    )
+    what.add_argument(
+        "--kill-node",
+        metavar="NODE",
+        help="kill every worker process of the job on this node (IP or node id)",
+    )
+    _add_target(chaos)
+
+
+def _add_register(sub) -> None:
+    register = sub.add_parser(
+        "register", help="register a job's checkpoint in the MLflow Model Registry"
+    )
+    register.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+    register.add_argument("--name", required=True, help="registered model name")
+    register.add_argument(
+        "--checkpoint", choices=["latest", "best"], default="latest", help="which checkpoint"
+    )
+    register.add_argument("--metric", help="with --checkpoint best: the metric to rank by")
+    register.add_argument(
+        "--mode", choices=["max", "min"], help="with --checkpoint best: is higher better (max)?"
+    )
+    register.add_argument("--alias", help="alias for the new version (e.g. champion)")
+    register.add_argument(
+        "--model-fn", metavar="FUNC", help="function(checkpoint_dir) -> model (default: launch's)"
+    )
+    _add_target(register)
+
+
+def _add_reports(sub) -> None:
+    """``costs`` and ``gc``: reports over many jobs."""
+    costs = sub.add_parser("costs", help="cost report over jobs, with totals for chargeback")
+    costs.add_argument("--experiment", help="only this experiment's jobs")
+    costs.add_argument("--since", metavar="DATE", help="jobs started since (2026-11-01, 7d, 12h)")
+    costs.add_argument("--by", choices=GROUPS, help="totals per owner, experiment or project")
+    costs.add_argument("--owner", help="only this owner's jobs (default: everyone's)")
+    costs.add_argument("--sort", choices=SORT_KEYS, default="started", help="order of the rows")
+    costs.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
+    _add_target(costs)
+
+    gc = sub.add_parser("gc", help="delete checkpoints of finished jobs beyond --keep")
+    gc.add_argument("--experiment", help="only this experiment's jobs")
+    gc.add_argument("--keep", type=int, default=1, metavar="N", help="newest kept per job (1)")
+    gc.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
+    _add_target(gc)
+
+
+def _add_job_views(sub) -> None:
+    """``status``, ``attach``, ``stop``, ``logs`` and ``list``."""
+    for name, text in (
+        ("status", "state of a job"),
+        ("attach", "dashboard of a job"),
+        ("stop", "stop a job after its next checkpoint (--now: at once)"),
+    ):
+        p = sub.add_parser(name, help=text)
+        if name == "stop":
+            p.add_argument("--now", action="store_true", help="stop at once, without a checkpoint")
+            p.add_argument(
+                "--grace",
+                type=float,
+                default=300.0,
+                metavar="SECONDS",
+                help="stop hard if no checkpoint comes within this time (default 300)",
+            )
+        p.add_argument("job", nargs="?", metavar="JOB", help="job id (default: the latest)")
+        _add_target(p)
+    logs = sub.add_parser("logs", help="a job's driver log")
+    logs.add_argument("job", nargs="?", metavar="JOB")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    logs.add_argument(
+        "--rank", type=int, metavar="R", help="one worker's log instead of the driver's"
+    )
+    logs.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines until the job ends"
+    )
+    _add_target(logs)
+    lst = sub.add_parser("list", help="jobs, newest first")
+    lst.add_argument("--all", action="store_true", help="everyone's jobs, not only yours")
+    _add_target(lst)
+
+
+def _add_cluster(sub) -> None:
+    """``cluster``, ``services`` and ``help``."""
+    cluster = sub.add_parser(
+        "cluster", help="a cluster's versions, nodes, resources and labels; keep its token"
+    )
+    cluster.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="keep this token (a file; - reads it from stdin) for --address's cluster",
+    )
+    _add_target(cluster)
+    services = sub.add_parser("services", help="the local Ray head and MLflow server")
+    services.add_argument("action", nargs="?", choices=["show", "start", "stop"], default="show")
+    helper = sub.add_parser("help", help="this help, or a subcommand's")
+    helper.add_argument("topic", nargs="?", metavar="SUBCOMMAND")
+
+
+def help_text(parser: argparse.ArgumentParser, topic: str | None = None) -> str:
+    """The help of the whole command, or of one subcommand (``help launch``)."""
+    if topic:
+        for action in parser._subparsers._group_actions:  # argparse keeps them here
+            if topic in action.choices:
+                return action.choices[topic].format_help()
+        raise CommandError(f"No subcommand {topic!r}; see the list with help.")
+    return parser.format_help()
+
+
+def parse(
+    line: str | list[str], parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    """Parse a magic line (or argv); raises :class:`CommandError` with one sentence."""
+    parser = parser or build_parser()
+    try:
+        argv = shlex.split(line) if isinstance(line, str) else list(line)
+    except ValueError as exc:
+        raise CommandError(f"Cannot parse the line: {exc}.") from exc
+    ns, extra = parser.parse_known_args(argv) if argv else (None, [])
+    if extra:
+        raise CommandError(_unrecognized_text(parser, ns, extra))
+    if ns is None or ns.command is None:
+        raise CommandError(
+            "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
+            " register, costs, gc or services."
+        )
+    if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
+        raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
+    return ns
+
+
+#: Options whose value is a Python expression (a dict literal): unquoted, it splits at spaces.
+_LITERAL_OPTIONS = {"config": "--config"}
+
+
+def _literal_piece(text: str) -> bool:
+    """Whether ``text`` looks like a piece of a dict or list literal cut at a space."""
+    return any(c in text for c in "{}[]") or text.endswith((":", ","))
+
+
+def _unrecognized_text(parser: argparse.ArgumentParser, ns, extra: list[str]) -> str:
+    """One sentence for arguments no option took: an unquoted literal, a misspelt or
+    abbreviated option (with the closest real one), or the leftovers as argparse says."""
+    command = getattr(ns, "command", None)
+    sub = parser._subparsers._group_actions[0].choices.get(command) if command else None
+    where = f"{command}: " if sub is not None else ""
+    for dest, option in _LITERAL_OPTIONS.items():
+        value = getattr(ns, dest, None)
+        if value is None:
+            continue
+        unbalanced = sum(value.count(c) for c in "{[(") != sum(value.count(c) for c in "}])")
+        if unbalanced or any(_literal_piece(arg) for arg in extra):
+            return (
+                f"{where}the {option} value must be quoted as one argument, as in"
+                f" {option} \"{{'lr': 0.01}}\" (unquoted, its spaces split it and left"
+                f" over: {' '.join(extra)})."
+            )
+    options = [o for o in (sub or parser)._option_string_actions if o.startswith("--")]
+    for arg in extra:
+        if arg.startswith("-") and arg != "-":
+            name = arg.split("=", 1)[0]
+            close = [o for o in options if o.startswith(name)]  # an abbreviation
+            close = close or difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            if close:
+                return (
+                    f"{where}{name} is not an option (options are never abbreviated);"
+                    f" did you mean {' or '.join(sorted(close))}?"
+                )
+    return f"{where}unrecognized arguments: {' '.join(extra)}"
+
+
+def spec_from_args(
+    ns: argparse.Namespace,
+    function_name: str,
+    config: dict[str, Any],
+    source: str,
+    defaults: dict[str, Any] | None = None,
+) -> JobSpec:
+    """A validated JobSpec from parsed ``launch`` options.
+
+    ``config`` is the evaluated ``--config``; ``defaults`` (``{"experiment": ...}``) fill
+    the session options the line leaves unset, and an option still unset (None) takes
+    the JobSpec's default. Raises SpecError (one sentence)."""
+    defaults = defaults or {}
+    values: dict[str, Any] = {}
+    for spec_field, option in launch_options():
+        value = getattr(ns, spec_field.name)
+        if option.session:
+            value = value or defaults.get(spec_field.name) or None
+        if value is not None:
+            values[spec_field.name] = value
+    values["config"] = config
+    return JobSpec(function_name=function_name, source=source, **values)
