@@ -37,6 +37,7 @@ __all__ = [
     "cluster_headers",
     "describe",
     "eligible_nodes",
+    "find_token",
     "label_matches",
     "resolve_address",
     "save_token",
@@ -162,9 +163,18 @@ def _read_token(path: Path) -> str:
         return ""
 
 
-def _find_token(address: str) -> tuple[str, str]:
-    """``(token, where it came from)`` for ``address``, in :func:`cluster_headers`'s order;
-    ``("", "nowhere ...")`` when there is none."""
+def find_token(address: str, embedded_token_path: str = "") -> tuple[str, str]:
+    """``(token, where it came from in words)`` for the cluster at ``address``: the one
+    token lookup of every Ray client, HTTP call and proxy of this project.
+
+    In this order: ``embedded_token_path`` (the embedded head's token file, given when
+    ``address`` is that head), the cluster's own token file (:func:`token_file`, where
+    ``jupyter trainfactory cluster --token-file`` keeps it), ``RAY_AUTH_TOKEN``, the file
+    named by ``RAY_AUTH_TOKEN_PATH``, then Ray's default ``~/.ray/auth_token``.
+    ``("", "nowhere ...")`` when there is none (a cluster without token auth).
+    """
+    if embedded_token_path and (token := _read_token(Path(embedded_token_path))):
+        return token, f"the embedded head's token file {embedded_token_path}"
     path = token_file(address)
     if token := _read_token(path):
         return token, f"its token file {path}"
@@ -178,9 +188,9 @@ def _find_token(address: str) -> tuple[str, str]:
     return "", "nowhere (no token was found)"
 
 
-def token_source(address: str) -> str:
-    """Where :func:`cluster_headers` takes the token for ``address`` from, in words."""
-    return _find_token(address)[1]
+def token_source(address: str, embedded_token_path: str = "") -> str:
+    """Where :func:`find_token` takes the token for ``address`` from, in words."""
+    return find_token(address, embedded_token_path)[1]
 
 
 def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
@@ -207,14 +217,10 @@ def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
         )
 
 
-def cluster_headers(address: str) -> dict[str, str]:
-    """The HTTP ``Authorization`` header for the cluster at ``address``.
-
-    The token is, in this order: the cluster's own token file (:func:`token_file`),
-    ``RAY_AUTH_TOKEN``, the file named by ``RAY_AUTH_TOKEN_PATH``, then Ray's default
-    ``~/.ray/auth_token``. Empty when none is found (a cluster without token auth).
-    """
-    token, _ = _find_token(address)
+def cluster_headers(address: str, embedded_token_path: str = "") -> dict[str, str]:
+    """The HTTP ``Authorization`` header for the cluster at ``address``, with the token
+    :func:`find_token` finds (in its order); empty when there is none."""
+    token, _ = find_token(address, embedded_token_path)
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
