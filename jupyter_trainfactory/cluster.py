@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .errors import ClusterUnreachable
 from .spec import PLACEMENTS, JobSpec, SpecError, selector_text
 
 __all__ = [
@@ -194,7 +195,8 @@ def token_source(address: str, embedded_token_path: str = "") -> str:
 
 
 def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
-    """Raise SpecError unless the cluster at ``address`` accepts ``token``."""
+    """Raise SpecError unless the cluster at ``address`` accepts ``token``
+    (ClusterUnreachable when it does not answer)."""
     import requests
 
     try:
@@ -204,7 +206,7 @@ def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
             timeout=timeout,
         )
     except requests.RequestException as exc:
-        raise SpecError(
+        raise ClusterUnreachable(
             f"Cannot reach the Ray cluster at {address} ({type(exc).__name__}); nothing was"
             " kept: check the address (the head's dashboard, port 8265 by default)."
         ) from exc

@@ -15,7 +15,7 @@ from typing import Any
 
 from .accelerators import ACCELERATORS
 from .chargeback import GROUPS, SORT_KEYS
-from .jobs import TERMINAL_STATES
+from .jobstate import TERMINAL_STATES
 from .spec import ON_STALL, PLACEMENTS, JobSpec, parse_pairs
 
 __all__ = [
