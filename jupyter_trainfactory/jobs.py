@@ -68,7 +68,7 @@ class JobManager:
     address : str, optional
         Ray dashboard (Jobs API) URL, ``http://host:8265``. None: ``RAY_ADDRESS`` when it
         is such a URL, else the embedded local head. The cluster's token comes from
-        :func:`~.cluster.find_token` (the embedded head's token file, the cluster's token
+        :func:`~.raytoken.find_token` (the embedded head's token file, the cluster's token
         file, ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``).
     tracking_uri : str, optional
         MLflow tracking URI. None: ``MLFLOW_TRACKING_URI`` if set, else the embedded local

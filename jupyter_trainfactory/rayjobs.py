@@ -1,5 +1,5 @@
 """Ray clients of one job manager: Jobs API clients per cluster (cached), the headers of
-plain HTTP calls (one token lookup: :func:`~.cluster.find_token`), the cluster's nodes,
+plain HTTP calls (one token lookup: :func:`~.raytoken.find_token`), the cluster's nodes,
 a submission's status, and the one-sentence :class:`~.errors.ClusterUnreachable` when a
 cluster does not answer."""
 
@@ -10,8 +10,9 @@ import re
 import time
 from typing import Any
 
-from .cluster import ClusterInfo, cluster_headers, describe, token_source
+from .cluster import ClusterInfo, describe
 from .errors import ClusterRefused, ClusterUnreachable
+from .raytoken import cluster_headers, token_source
 from .services import ServiceProcess, Services
 from .spec import SpecError
 from .tracking import TAG

@@ -17,9 +17,9 @@ from typing import Any
 
 from .. import services as svc
 from .. import tracking
-from ..cluster import cluster_headers
 from ..jobs import JobManager
 from ..jobstate import TERMINAL_STATES, JobInfo
+from ..raytoken import cluster_headers
 from ..spec import current_owner
 
 #: A job as the panel shows it (see :meth:`TrainingJobsManager.job_model`).
@@ -294,7 +294,7 @@ class TrainingJobsManager:
     def service_target(self, name: str) -> tuple[str, dict[str, str]]:
         """Base URL of service ``name`` (``ray`` or ``mlflow``) and the headers it needs.
 
-        The Ray dashboard's header carries the token :func:`~..cluster.find_token` finds
+        The Ray dashboard's header carries the token :func:`~..raytoken.find_token` finds
         (where ``jupyter trainfactory cluster --token-file`` keeps it, among others).
         Raises ServiceUnavailable when it is not configured or not running."""
         url = self.address if name == "ray" else self.tracking_uri
