@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .spec import SpecError
+from .tables import format_table
 from .telemetry.cost import money, storage_cost
 from .tracking import TAG
 
@@ -123,7 +124,7 @@ def cost_rows(
     Raises SpecError when the experiment does not exist."""
     from . import tracking
 
-    client = manager._mlflow
+    client = manager.mlflow_client
     names: dict[str, str] = {}
     ids = manager.experiment_ids(experiment)
     runs = tracking.search_job_runs(client, owner, limit, experiment_ids=ids, since=since)
@@ -133,7 +134,7 @@ def cost_rows(
         exp_id = run.info.experiment_id
         if exp_id not in names:
             names[exp_id] = client.get_experiment(exp_id).name
-        state = manager._info(run, reconcile=False).state
+        state = manager.run_info(run, reconcile=False).state
         rows.append(_row(run, names[exp_id], state, now))
     return rows
 
@@ -216,8 +217,6 @@ def table_rows(rows: list[CostRow]) -> list[dict[str, str]]:
 def report_text(rows: list[CostRow], by: str | None = None) -> str:
     """The ``costs`` report: the jobs table, then the totals per ``by`` when given, and a
     note when any price came from the shipped example catalog."""
-    from .commands import format_table
-
     if not rows:
         return "(no jobs)"
     parts = [format_table(table_rows(rows))]

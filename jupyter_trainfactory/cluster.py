@@ -1,4 +1,4 @@
-"""The Ray cluster a job goes to: its description, its token, and the checks made before
+"""The Ray cluster a job goes to: its description and the checks made before
 anything is submitted.
 
 :class:`ClusterInfo` is what the checks read: the Ray and Python versions of the cluster
@@ -23,6 +23,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .raytoken import (  # noqa: F401 (the token API, kept importable from here)
+    cluster_headers,
+    find_token,
+    save_token,
+    token_file,
+    token_source,
+    verify_token,
+)
 from .spec import PLACEMENTS, JobSpec, SpecError, selector_text
 
 __all__ = [
@@ -37,6 +45,7 @@ __all__ = [
     "cluster_headers",
     "describe",
     "eligible_nodes",
+    "find_token",
     "label_matches",
     "resolve_address",
     "save_token",
@@ -105,7 +114,7 @@ class Placement:
         return {n.host for n in self.eligible if self.slots.get(n.node_id, 0) > 0}
 
 
-# -- address and token ---------------------------------------------------------------
+# -- address ---------------------------------------------------------------------
 
 
 def resolve_address(address: str | None) -> str | None:
@@ -126,96 +135,6 @@ def resolve_address(address: str | None) -> str | None:
     if re.match(r"^https?://", env):
         return env.rstrip("/")
     return None
-
-
-def token_file(address: str, home: Path | None = None) -> Path:
-    """Where the token of the cluster at ``address`` may be kept:
-    ``<state dir>/clusters/<host>_<port>.token`` (mode 0600, one line)."""
-    from .services import state_dir
-
-    url = urlparse(address)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    host = re.sub(r"[^A-Za-z0-9.-]", "-", url.hostname or "cluster")
-    return (home or state_dir()) / "clusters" / f"{host}_{port}.token"
-
-
-def save_token(address: str, token: str) -> Path:
-    """Keep ``token`` as the cluster's own token file (mode 0600); returns its path.
-
-    Raises SpecError for an empty token."""
-    token = token.strip()
-    if not token:
-        raise SpecError("The token is empty; pass the cluster's token (KubeRay: its Secret).")
-    path = token_file(address)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(token + "\n")
-    path.chmod(0o600)
-    return path
-
-
-def _read_token(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
-def _find_token(address: str) -> tuple[str, str]:
-    """``(token, where it came from)`` for ``address``, in :func:`cluster_headers`'s order;
-    ``("", "nowhere ...")`` when there is none."""
-    path = token_file(address)
-    if token := _read_token(path):
-        return token, f"its token file {path}"
-    if token := os.environ.get("RAY_AUTH_TOKEN", "").strip():
-        return token, "RAY_AUTH_TOKEN"
-    env_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if env_path and (token := _read_token(Path(env_path).expanduser())):
-        return token, f"RAY_AUTH_TOKEN_PATH ({env_path})"
-    if token := _read_token(Path.home() / ".ray" / "auth_token"):
-        return token, "~/.ray/auth_token"
-    return "", "nowhere (no token was found)"
-
-
-def token_source(address: str) -> str:
-    """Where :func:`cluster_headers` takes the token for ``address`` from, in words."""
-    return _find_token(address)[1]
-
-
-def verify_token(address: str, token: str, timeout: float = 30.0) -> None:
-    """Raise SpecError unless the cluster at ``address`` accepts ``token``."""
-    import requests
-
-    try:
-        reply = requests.get(
-            f"{address}/api/v0/cluster_metadata",
-            headers={"authorization": f"Bearer {token.strip()}"},
-            timeout=timeout,
-        )
-    except requests.RequestException as exc:
-        raise SpecError(
-            f"Cannot reach the Ray cluster at {address} ({type(exc).__name__}); nothing was"
-            " kept: check the address (the head's dashboard, port 8265 by default)."
-        ) from exc
-    if reply.status_code in (401, 403):
-        detail = reply.text.strip().splitlines()[0][:120] if reply.text.strip() else ""
-        raise SpecError(
-            f"The Ray cluster at {address} refused this token (HTTP {reply.status_code}"
-            f"{': ' + detail if detail else ''}); nothing was kept: check it (KubeRay: the"
-            " auth_token key of the cluster's Secret)."
-        )
-
-
-def cluster_headers(address: str) -> dict[str, str]:
-    """The HTTP ``Authorization`` header for the cluster at ``address``.
-
-    The token is, in this order: the cluster's own token file (:func:`token_file`),
-    ``RAY_AUTH_TOKEN``, the file named by ``RAY_AUTH_TOKEN_PATH``, then Ray's default
-    ``~/.ray/auth_token``. Empty when none is found (a cluster without token auth).
-    """
-    token, _ = _find_token(address)
-    return {"authorization": f"Bearer {token}"} if token else {}
 
 
 # -- describing a cluster --------------------------------------------------------------

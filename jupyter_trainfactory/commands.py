@@ -12,7 +12,8 @@ import argparse
 import time
 
 from .arguments import CommandError
-from .jobs import TERMINAL_STATES
+from .jobstate import TERMINAL_STATES
+from .tables import format_table
 
 __all__ = [
     "CommandError",
@@ -232,17 +233,6 @@ def chaos_text(job_id: str, killed: list[dict]) -> str:
         return f"{job_id}: no worker process was alive to kill."
     done = ", ".join(f"rank {k['rank']} (pid {k['pid']} on {k['node']})" for k in killed)
     return f"{job_id}: killed {done}; Ray Train restarts the workers if --max-failures allows."
-
-
-def format_table(rows: list[dict[str, str]]) -> str:
-    """Plain-text table with a header row, columns padded to their widest cell."""
-    if not rows:
-        return "(none)"
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def first_line(exc: BaseException) -> str:

@@ -158,7 +158,7 @@ def _log_model(model: Any, model_id: str) -> None:
     """Store ``model`` as the artifacts of LoggedModel ``model_id`` (an MLflow model)."""
     import mlflow
 
-    from .jobs import _ship_by_value
+    from .payload import ship_by_value
 
     try:
         import torch
@@ -167,7 +167,7 @@ def _log_model(model: Any, model_id: str) -> None:
     if torch is not None and isinstance(model, torch.nn.Module):
         import mlflow.pytorch
 
-        _ship_by_value(type(model))  # a fresh process need not import the notebook's files
+        ship_by_value(type(model))  # a fresh process need not import the notebook's files
         import cloudpickle
 
         # cloudpickle (MLflow's pickle module for PyTorch) keeps classes defined in a
@@ -189,6 +189,47 @@ def _log_model(model: Any, model_id: str) -> None:
             f"model_fn returned a {type(model).__name__}; return a torch.nn.Module or an"
             " mlflow.pyfunc.PythonModel."
         )
+
+
+def _check_names(name: str, alias: str | None) -> None:
+    """SpecError unless ``name`` is a registered model name and ``alias`` an alias."""
+    import re
+
+    if not name or not name.strip():
+        raise SpecError("Give the model a name (--name NAME).")
+    if "/" in name or ":" in name:  # MLflow's rule for registered model names
+        raise SpecError(f"A model name cannot contain '/' or ':', got {name!r}.")
+    if alias is not None and not re.match(_ALIAS, alias):
+        raise SpecError(f"An alias is a letter then letters, digits, _ or -; got {alias!r}.")
+
+
+def _build_model(model_fn, chosen: CheckpointModel):
+    """``model_fn(directory)`` on the chosen checkpoint; SpecError when it fails."""
+    import ray.train
+
+    with ray.train.Checkpoint(chosen.path).as_directory() as directory:
+        try:
+            return model_fn(directory)
+        except Exception as exc:
+            raise SpecError(
+                f"model_fn failed on the checkpoint of step {chosen.step}:"
+                f" {type(exc).__name__}: {exc}"
+            ) from None
+
+
+def _version_tags(job_id: str, run, chosen: CheckpointModel) -> dict[str, str]:
+    """The model version's tags: the job, run and checkpoint, the code's versions and the
+    data digests of the run."""
+    tags = {
+        TAG.JOB_ID: job_id,
+        "trainfactory.run_id": run.info.run_id,
+        TAG.CKPT_STEP: str(chosen.step),
+        TAG.CKPT_PATH: chosen.path,
+    }
+    for key, value in run.data.tags.items():
+        if key.startswith(("trainfactory.code.", TAG.DATA, "mlflow.source.git.")):
+            tags[key] = value
+    return tags
 
 
 def register(
@@ -220,16 +261,9 @@ def register(
     JobNotFound
         No such job.
     """
-    import re
-
-    if not name or not name.strip():
-        raise SpecError("Give the model a name (--name NAME).")
-    if "/" in name or ":" in name:  # MLflow's rule for registered model names
-        raise SpecError(f"A model name cannot contain '/' or ':', got {name!r}.")
-    if alias is not None and not re.match(_ALIAS, alias):
-        raise SpecError(f"An alias is a letter then letters, digits, _ or -; got {alias!r}.")
-    client = manager._mlflow
-    run = manager._run(job_id)
+    _check_names(name, alias)
+    client = manager.mlflow_client
+    run = manager.find_run(job_id)
     chosen = pick(checkpoint_models(client, run), checkpoint, metric, mode)
     model_fn = model_fn or manager.model_fn(job_id, run.info.run_id)
     if model_fn is None:
@@ -237,28 +271,10 @@ def register(
             f"Job {job_id} was launched without model_fn; give one that builds the model"
             " from a checkpoint directory (--model-fn NAME, or model_fn=)."
         )
-    import ray.train
-
-    with ray.train.Checkpoint(chosen.path).as_directory() as directory:
-        try:
-            model = model_fn(directory)
-        except Exception as exc:
-            raise SpecError(
-                f"model_fn failed on the checkpoint of step {chosen.step}:"
-                f" {type(exc).__name__}: {exc}"
-            ) from None
+    model = _build_model(model_fn, chosen)
     with _mlflow_at(manager.tracking_uri):
         _log_model(model, chosen.model_id)
-    tags = {
-        TAG.JOB_ID: job_id,
-        "trainfactory.run_id": run.info.run_id,
-        TAG.CKPT_STEP: str(chosen.step),
-        TAG.CKPT_PATH: chosen.path,
-    }
-    run_tags = run.data.tags
-    for key, value in run_tags.items():
-        if key.startswith(("trainfactory.code.", TAG.DATA, "mlflow.source.git.")):
-            tags[key] = value
+    tags = _version_tags(job_id, run, chosen)
     if checkpoint == "best":
         tags["trainfactory.selected_by"] = f"{mode} {metric} = {chosen.metrics[metric]:g}"
     from mlflow.exceptions import MlflowException
@@ -305,12 +321,12 @@ def collect_garbage(
     Raises SpecError when ``keep`` is below 1 or the experiment does not exist.
     """
     from . import tracking
-    from .jobs import TERMINAL_STATES
+    from .jobstate import TERMINAL_STATES
     from .spec import current_owner
 
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise SpecError(f"--keep must be a whole number of at least 1, got {keep!r}.")
-    client = manager._mlflow
+    client = manager.mlflow_client
     runs = tracking.search_job_runs(
         client,
         None if all_users else current_owner(),
@@ -318,7 +334,7 @@ def collect_garbage(
     )
     report = []
     for run in runs:
-        if manager._info(run, reconcile=False).state not in TERMINAL_STATES:
+        if manager.run_info(run, reconcile=False).state not in TERMINAL_STATES:
             continue
         every = checkpoint_models(client, run)
         for c in every:  # deleted by Ray Train's retention (keep_checkpoints): say so

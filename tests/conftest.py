@@ -47,4 +47,4 @@ def manager(services):
 
 @pytest.fixture
 def mlflow_client(manager):
-    return manager._mlflow
+    return manager.mlflow_client

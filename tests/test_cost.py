@@ -166,7 +166,7 @@ def test_a_budget_stops_before_the_checkpoint_that_would_pass_it():
 
 
 def test_status_says_what_a_job_cost():
-    from jupyter_trainfactory.jobs import _cost_text
+    from jupyter_trainfactory.jobstate import cost_text as _cost_text
 
     tags = {
         "trainfactory.cost.currency": "EUR",

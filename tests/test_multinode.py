@@ -203,12 +203,12 @@ def remote(cluster, services, tmp_path_factory):
 
 
 def _placement(manager: JobManager, run_id: str) -> dict:
-    tags = manager._mlflow.get_run(run_id).data.tags
+    tags = manager.mlflow_client.get_run(run_id).data.tags
     return json.loads(tags.get(TAG.PLACEMENT) or "{}")
 
 
 def _rank_nodes(manager: JobManager, run_id: str) -> dict[int, str]:
-    tags = manager._mlflow.get_run(run_id).data.tags
+    tags = manager.mlflow_client.get_run(run_id).data.tags
     return {
         int(k.removeprefix(TAG.RANK)): json.loads(v)["node_id"]
         for k, v in tags.items()
@@ -267,7 +267,7 @@ def test_spread_runs_the_ranks_on_two_nodes(remote):
     assert placement["strategy"] == "spread" and len(placement["nodes"]) == 2
     assert sorted(r for ranks in placement["nodes"].values() for r in ranks) == [0, 1]
     # one sampler per node that hosted a worker, its metrics under that node's label
-    metrics = remote._mlflow.get_run(job.run_id).data.metrics
+    metrics = remote.mlflow_client.get_run(job.run_id).data.metrics
     sampled = {k.split("/")[1] for k in metrics if k.endswith("/cpu_utilization")}
     assert sampled == set(placement["nodes"]), (sampled, placement, remote.logs(job.id))
     # the run says where it ran; the job is visible and controllable from a second manager

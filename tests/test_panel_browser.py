@@ -33,6 +33,6 @@ def test_the_panel_shows_a_running_job_and_stops_it(services, manager, tmp_path)
         assert expected <= screenshots(), output
         info = manager.info(job.id)
         assert info.state == "STOPPED" and info.reason == "user"
-        assert manager._mlflow.get_run(job.run_id).data.tags[TAG.STOP] == "user"
+        assert manager.mlflow_client.get_run(job.run_id).data.tags[TAG.STOP] == "user"
     finally:
         job.stop(now=True)

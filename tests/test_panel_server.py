@@ -261,7 +261,7 @@ async def test_list_get_stop_and_resume_a_real_job(services, jp_fetch, jp_base_u
         await _until(jp_fetch, job.id, {"RUNNING"})
         now = await _json(jp_fetch, "jobs", job.id, "stop", method="POST", body='{"now": true}')
         assert now["state"] == "STOPPED"
-        assert job.manager._mlflow.get_run(job.run_id).info.status == "KILLED"
+        assert job.manager.mlflow_client.get_run(job.run_id).info.status == "KILLED"
     finally:
         job.stop(now=True)
 

@@ -223,11 +223,11 @@ def test_experiments_open_in_the_model_training_view(store):
 
 
 def test_the_driver_gets_the_config_as_given(monkeypatch):
-    from jupyter_trainfactory import jobs
+    from jupyter_trainfactory import payload as packing
     from ray_backend.driver import load_payload
 
     config = {(1, 2): np.arange(3), 7: {"t": torch.ones(2)}, "api_token": "s3cret"}
-    payload = jobs._payload_dir("tf-0000c0f1", len, None, config)
+    payload = packing.write_payload("tf-0000c0f1", len, None, config)
     meta = {"job_id": "tf-0000c0f1", "config": tracking.json_safe(config)}
     (payload / "job.json").write_text(json.dumps(meta))
     monkeypatch.syspath_prepend(str(payload.parent))
@@ -241,10 +241,10 @@ def test_the_driver_gets_the_config_as_given(monkeypatch):
             self.files = sorted(p.name for p in Path(local_dir).iterdir())
 
     sent = _Artifacts()
-    jobs._log_payload(sent, "r", payload, {"redacted": ["config.api_token"]})
-    assert jobs.CONFIG_FILE not in sent.files and "job.json" in sent.files  # no secret sent
-    jobs._log_payload(sent, "r", payload, {"redacted": []})
-    assert jobs.CONFIG_FILE in sent.files  # a resume from another machine finds it
+    packing.log_payload(sent, "r", payload, {"redacted": ["config.api_token"]})
+    assert packing.CONFIG_FILE not in sent.files and "job.json" in sent.files  # no secret sent
+    packing.log_payload(sent, "r", payload, {"redacted": []})
+    assert packing.CONFIG_FILE in sent.files  # a resume from another machine finds it
 
 
 @pytest.mark.job

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.job
 
 def _running(job, timeout=180):
     """Wait until the job's workers log steps (``loss`` is in the run)."""
-    client = job.manager._mlflow
+    client = job.manager.mlflow_client
     deadline = time.monotonic() + timeout
     while "loss" not in client.get_run(job.run_id).data.metrics:
         assert time.monotonic() < deadline, "the job did not start"

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import tracking
-from ..jobs import TERMINAL_STATES, JobInfo, job_info, job_state
+from ..jobstate import TERMINAL_STATES, JobInfo, job_info, job_state
 
 __all__ = [
     "DEFAULT_MAX_POINTS",
@@ -43,12 +43,14 @@ class RunSource:
         self.tracking_uri = tracking_uri
         self.run_id = run_id
         self.manager = manager
-        self.client = manager._mlflow if manager is not None else tracking.client(tracking_uri)
+        self.client = (
+            manager.mlflow_client if manager is not None else tracking.client(tracking_uri)
+        )
 
     def snapshot(self) -> Snapshot:
         run = self.client.get_run(self.run_id)
         if self.manager is not None:
-            info = self.manager._info(run)
+            info = self.manager.run_info(run)
             if info.run_status != run.info.status:  # reconciled just now
                 run = self.client.get_run(self.run_id)
         else:

@@ -16,7 +16,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..jobs import JobNotFound
+from ..errors import JobNotFound, Unreachable
 from ..services import ServiceError
 from ..spec import SpecError
 from .bokehjs import BokehJSHandler, BokehJSInfoHandler
@@ -25,10 +25,8 @@ from .proxy import ServiceProxyHandler
 
 log = logging.getLogger(__name__)
 
-#: A job id in a URL (``jobs.JOB_ID_PATTERN`` without anchors): anything else is a 404.
+#: A job id in a URL (``jobstate.JOB_ID_PATTERN`` without anchors): anything else is a 404.
 JOB_ID = r"tf-[0-9a-f]{8}"
-#: Messages of a SpecError that mean the cluster did not answer (a 503, not a 409).
-_OUTAGE_WORDS = ("Cannot reach", "does not answer", "Cannot create the MLflow run")
 
 
 async def _answer(handler: APIHandler, call: Callable[[], Awaitable[Any]]) -> None:
@@ -37,8 +35,8 @@ async def _answer(handler: APIHandler, call: Callable[[], Awaitable[Any]]) -> No
         model = await call()
     except JobNotFound as exc:
         raise web.HTTPError(404, str(exc)) from None
-    except SpecError as exc:
-        code = 503 if any(w in str(exc) for w in _OUTAGE_WORDS) else 409
+    except SpecError as exc:  # refused by the job's state, or a service out of reach
+        code = 503 if isinstance(exc, Unreachable) else 409
         raise web.HTTPError(code, str(exc)) from None
     except (ServiceUnavailable, ServiceError) as exc:
         raise web.HTTPError(503, str(exc)) from None

@@ -8,7 +8,6 @@ the tracking server no more than one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import time
 from collections import deque
@@ -18,7 +17,9 @@ from typing import Any
 
 from .. import services as svc
 from .. import tracking
-from ..jobs import TERMINAL_STATES, JobInfo, JobManager
+from ..jobs import JobManager
+from ..jobstate import TERMINAL_STATES, JobInfo
+from ..raytoken import cluster_headers
 from ..spec import current_owner
 
 #: A job as the panel shows it (see :meth:`TrainingJobsManager.job_model`).
@@ -100,7 +101,7 @@ class TrainingJobsManager:
 
     def _job_manager(self) -> JobManager:
         """The JobManager of the configured target; never starts the embedded services."""
-        from .. import get_manager
+        from ..api import get_manager
 
         if self.address is None or self.tracking_uri is None:
             running = self._running_services()
@@ -127,7 +128,9 @@ class TrainingJobsManager:
     def _experiment_name(self, jm: JobManager, experiment_id: str) -> str:
         if experiment_id not in self._experiments:
             try:
-                self._experiments[experiment_id] = jm._mlflow.get_experiment(experiment_id).name
+                self._experiments[experiment_id] = jm.mlflow_client.get_experiment(
+                    experiment_id
+                ).name
             except Exception:
                 return experiment_id
         return self._experiments[experiment_id]
@@ -184,22 +187,24 @@ class TrainingJobsManager:
         jm = self._job_manager()
         try:
             runs = tracking.search_job_runs(
-                jm._mlflow, None if all_users else current_owner(), max_results=limit
+                jm.mlflow_client, None if all_users else current_owner(), max_results=limit
             )
         except Exception as exc:
             raise ServiceUnavailable(_outage("MLflow", jm.tracking_uri, exc)) from exc
         return [
             self.job_model(
-                jm._info(run), run.data.metrics, self._experiment_name(jm, run.info.experiment_id)
+                jm.run_info(run),
+                run.data.metrics,
+                self._experiment_name(jm, run.info.experiment_id),
             )
             for run in runs
         ]
 
     def _read_job(self, job_id: str) -> JobModel:
         jm = self._job_manager()
-        run = jm._run(job_id)  # JobNotFound for an unknown id
+        run = jm.find_run(job_id)  # JobNotFound for an unknown id
         return self.job_model(
-            jm._info(run), run.data.metrics, self._experiment_name(jm, run.info.experiment_id)
+            jm.run_info(run), run.data.metrics, self._experiment_name(jm, run.info.experiment_id)
         )
 
     # -- the REST verbs -------------------------------------------------------------
@@ -289,6 +294,8 @@ class TrainingJobsManager:
     def service_target(self, name: str) -> tuple[str, dict[str, str]]:
         """Base URL of service ``name`` (``ray`` or ``mlflow``) and the headers it needs.
 
+        The Ray dashboard's header carries the token :func:`~..raytoken.find_token` finds
+        (where ``jupyter trainfactory cluster --token-file`` keeps it, among others).
         Raises ServiceUnavailable when it is not configured or not running."""
         url = self.address if name == "ray" else self.tracking_uri
         headers: dict[str, str] = {}
@@ -298,10 +305,9 @@ class TrainingJobsManager:
             if proc is None or not proc.alive():
                 raise ServiceUnavailable(f"The local {name} service is not running.")
             url = services.dashboard_url if name == "ray" else services.tracking_uri
-        if name == "ray":
-            token = _ray_token(services if self.address is None else None)
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
+        if name == "ray":  # the one token lookup: the embedded head's file, or the cluster's
+            embedded = services.token_path if self.address is None and services else ""
+            headers = cluster_headers(url.rstrip("/"), embedded)
         return url.rstrip("/"), headers
 
     def warm_up(self) -> None:
@@ -322,17 +328,6 @@ def given_or_running(name: str, running: set[str], manager: TrainingJobsManager)
     """Whether service ``name`` is configured remotely or runs locally."""
     given = manager.address if name == "ray" else manager.tracking_uri
     return given is not None or name in running
-
-
-def _ray_token(services: svc.Services | None) -> str:
-    """The Ray cluster's auth token: the embedded cluster's file, else the environment's."""
-    import os
-
-    path = (services.token_path if services else "") or os.environ.get("RAY_AUTH_TOKEN_PATH", "")
-    if path:
-        with contextlib.suppress(OSError):
-            return open(path).read().strip()
-    return os.environ.get("RAY_AUTH_TOKEN", "")
 
 
 def _outage(what: str, where: str, exc: BaseException) -> str:
