@@ -1,8 +1,9 @@
 """RunRecorder: the single writer of one job's MLflow run (runs as a Ray actor in the job).
 
-The recorder is a facade: it keeps the actor's remote methods, its two loops and the one
-lock, and hands the work to its parts, which return points, tags and decisions
-(``ray_backend.decisions``) that only the recorder writes and carries out:
+The recorder is the actor's facade: its remote methods, its two loops, the one lock, the
+I/O (MLflow, worker kills) and the carrying out of decisions. What the inputs make of
+the run is kept by its :class:`~ray_backend.record.JobRecord` and the parts it wires
+together, which return points, tags and decisions (``ray_backend.decisions``):
 
 - ``delivery``: queues, key mapping, batching to MLflow, outages, LoggedModels,
 - ``reports``: the ``ray.train.report`` rounds and their steps,
@@ -15,42 +16,26 @@ lock, and hands the work to its parts, which return points, tags and decisions
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
 import time
 from typing import Any
 
-from jupyter_trainfactory.telemetry.goodput import TIMELINE_TAG, account
+from jupyter_trainfactory.telemetry.goodput import account
 from jupyter_trainfactory.tracking import TAG, client
-from ray_backend.attempts import Attempts
-from ray_backend.control import ChaosControl, StopControl, decisions_from_tags
+from ray_backend.control import decisions_from_tags
 from ray_backend.costs import CostMeter
-from ray_backend.decisions import Decision, Update
+from ray_backend.decisions import Decision
 from ray_backend.delivery import MAX_BATCH_METRICS, Delivery
 from ray_backend.derived import DerivedNumbers
+from ray_backend.kills import kill_workers
 from ray_backend.protocol import RESERVED_KEYS, StopReply, WorkerBatch
-from ray_backend.reports import Reports
-from ray_backend.resume import read_previous, with_previous
+from ray_backend.record import JobRecord
+from ray_backend.resume import read_previous
 from ray_backend.stall import StallWatch
 
 __all__ = ["MAX_BATCH_METRICS", "RESERVED_KEYS", "RunRecorder"]
-
-
-def _kill_pids(pids: list[int]) -> list[int]:
-    """SIGKILL these processes of this node (a Ray task pinned to the node); returns the
-    pids that were alive and got the signal."""
-    import signal
-
-    killed = []
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except ProcessLookupError:
-            pass
-    return killed
 
 
 class RunRecorder:
@@ -94,25 +79,24 @@ class RunRecorder:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(mlflow_timeout_s))
         self.run_id = run_id
         self._lock = threading.Lock()
-        self.delivery = Delivery(client(tracking_uri), run_id, max_queued)
-        self.derived = DerivedNumbers(
-            gpus_per_worker, peak_tflops, flops_per_token, workers, device_points_per_s
+        self._record = JobRecord(
+            Delivery(client(tracking_uri), run_id, max_queued),
+            DerivedNumbers(
+                gpus_per_worker, peak_tflops, flops_per_token, workers, device_points_per_s
+            ),
+            StallWatch(stall_timeout_s, on_stall),
+            cost,
+            target_steps,
+            resumed=resume > 0,
         )
-        self.reports = Reports()
-        self.stall = StallWatch(stall_timeout_s, on_stall)
-        self.stop_control = StopControl()
-        self.chaos_control = ChaosControl()
-        self._cost = cost
-        self._target_steps = target_steps
-        self._before: dict[str, float] = {}  # goodput of earlier submissions (a resume)
-        self._pip_freeze = ""
-        self._closed = False
+        # the parts, for the driver's and the tests' eyes (read them under the lock)
+        record = self._record
+        self.delivery, self.attempts, self.stall = record.delivery, record.attempts, record.stall
+        self.stop_control, self.chaos_control = record.stop_control, record.chaos_control
         self._interval = flush_interval_s
         self._derive_interval = derive_interval_s
         self._stop_polled = 0.0
         self._wake = threading.Event()  # set by finish(): the loops end without a last sleep
-        self.delivery.tags.update(self.stall.tags())
-        self.attempts = Attempts(time.time(), resumed=resume > 0)
         self._start(resume)
         self._flusher = threading.Thread(target=self._flush_loop, name="run-recorder", daemon=True)
         self._flusher.start()
@@ -133,47 +117,14 @@ class RunRecorder:
         self.attempts.submitted = float(tags.get(TAG.STARTED) or run.info.start_time / 1000)
         self.chaos_control.seen_before(tags.get(TAG.CHAOS))
         if resume:
-            prev = read_previous(run)
-            self.delivery.continue_steps(prev.last_steps)
-            self._before = prev.before
-            if self._cost is not None:
-                self._cost.add_before(prev.cost)
-            kwh = prev.before.get("energy/gpu_kwh", 0.0)
-            self.derived.resume(prev.ticks, prev.train_offset, prev.train_before, kwh, prev.saves)
-            if prev.samples is not None:
-                self.reports.samples_total = prev.samples
-            self.reports.last_step = prev.report_step
-            self.reports.checkpoint_step = prev.checkpoint_step
-            self.reports.count = prev.reports
-            self.attempts.faults, self.attempts.restarts_before = prev.faults, prev.restarts
-            self.delivery.tags.update({TAG.RESUMES: str(resume), TAG.STALL: ""})
+            self._record.resume(read_previous(run), resume)
 
     # -- inputs ---------------------------------------------------------------------
     def set_state(self, state: str, reason: str = "") -> None:
         """Record the job's state (``PENDING``, ``RUNNING``, ``RESTARTING``) and its reason."""
         now = time.time()
         with self._lock:
-            if state == "RUNNING":  # rank 0 says so at the start of every attempt
-                if self.reports.running_since is None:
-                    self.reports.running_since = now
-                self._attempt_started(now)
-            self.delivery.tags[TAG.STATE] = state
-            self.delivery.tags[TAG.REASON] = reason
-
-    def _attempt_started(self, now: float) -> None:
-        update = self.attempts.start(now, int(self.reports.checkpoint_step or 0))
-        if update is None:
-            return  # the same attempt (rank 0 said RUNNING again)
-        if self._cost is not None:
-            self._cost.started(now)
-        update.tags.update(self.stall.started(now))
-        self.stop_control.new_attempt()  # new workers count their stop points from zero
-        if self.attempts.restarted():
-            # a loop without a `step` key counts reports from the restored checkpoint's:
-            # a report repeated after the restore falls on a step already written
-            self.reports.count = int(self.reports.checkpoint_step or 0)
-            self.derived.new_attempt()
-        self._apply(update)
+            self._record.set_state(state, reason, now)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         """Record run tags (values cut to 5,000 characters)."""
@@ -185,12 +136,7 @@ class RunRecorder:
         PyTorch, CUDA, driver; ``lineage.environment``) and the artifact
         ``environment/pip_freeze.txt`` (credentials in URLs already masked by the worker)."""
         with self._lock:
-            self.delivery.tags.update(
-                {f"{TAG.ENV}{k}": str(v)[:500] for k, v in versions.items() if v}
-            )
-            if pip_freeze and pip_freeze != self._pip_freeze:
-                self._pip_freeze = pip_freeze
-                self.delivery.add_text("environment/pip_freeze.txt", pip_freeze)
+            self._record.set_environment(versions, pip_freeze)
 
     def report(
         self,
@@ -218,97 +164,22 @@ class RunRecorder:
         """
         now = wall_time or time.time()
         with self._lock:
-            self._settle_restore(None)  # a plain loop's first report after a restore
-            count_samples = not self.derived.worker_counters
-            rnd = self.reports.take(metrics_per_rank, checkpoint_path, now, count_samples)
-            self._progressed(now)
-            self.attempts.report_step(rnd.step, now)
-            if checkpoint_path and rnd.stop_seen:
-                self.stop_control.checkpointed()  # the workers wait after this report
-            if not rnd.new:
-                return None
-            self._apply(rnd.update)
-            if rnd.checkpoint_values is not None:
-                # the checkpoint's metrics as the run holds them at this step (value and
-                # time): written again with the model's id, MLflow keeps the run's one
-                # point (a key from trainfactory.log and save_checkpoint: each step once)
-                d = self.delivery
-                d.models.add(
-                    rnd.step, checkpoint_path, now, rnd.checkpoint_values, d.written_at, d.key
-                )
-            return rnd.step
+            return self._record.report(metrics_per_rank, checkpoint_path, now)
 
     def worker_batch(self, rank: int, batch: WorkerBatch) -> StopReply:
         """Record one batch of a worker's telemetry (``protocol.WorkerBatch``).
 
         Returns ``{"stop": True, "at": ...}`` once a stop was requested (else
         ``{"stop": False}``): the worker's ``trainfactory.should_stop()`` reads it."""
-        with self._lock:
-            self._worker_batch(rank, batch)
-            return self.stop_control.reply(rank, batch.get("stop"), self.attempts.rank_steps)
-
-    def _worker_batch(self, rank: int, batch: WorkerBatch) -> None:
         now = time.time()
-        tags = self.delivery.tags
-        self.attempts.seen(rank, now, batch.get("checks"))
-        if "worker" in batch:
-            tags.update(self.attempts.set_worker(rank, batch["worker"]))
-        if "error" in batch:
-            tags.update(self.attempts.worker_error(rank, batch["error"]))
-        counters = batch.get("counters")
-        points = batch.get("points", ())
-        reached = max([int(p[2]) for p in points] + [int((counters or {}).get("steps", 0))])
-        if self.attempts.reached(rank, reached):  # a new step or logged step: progress
-            self._progressed(now)
-        if counters:  # throughput comes from the workers once they count anything
-            self.derived.counters(rank, counters, now)
-        for key, value, step, wall_time in points:
-            self.delivery.add(key, value, step, wall_time)
-        if rank == 0:
-            self._rank0_batch(batch, counters, points)
-        for ckpt in batch.get("checkpoints", ()):
-            if self.derived.checkpoint_rank(rank):
-                self._checkpoint_saved(ckpt)
-
-    def _rank0_batch(self, batch: WorkerBatch, counters: Any, points: Any) -> None:
-        if "restore" in batch:
-            self._settle_restore(batch["restore"].get("step"))
-        if counters:
-            logged = max((int(p[2]) for p in points), default=None)
-            if counters.get("steps"):
-                self._settle_restore(None)
-            self.attempts.counters(counters, logged)
-        if "model" in batch:
-            self.delivery.tags.update(self.derived.model(batch["model"]))
-        if "device" in batch:
-            self.delivery.tags.update(self.derived.device(batch["device"]))
-            name = batch["device"].get("device_name")
-            if name and self._cost is not None:
-                self._cost.device(name)
-
-    def _checkpoint_saved(self, ckpt: dict[str, Any]) -> None:
-        ts = ckpt.get("time", time.time())
-        step = ckpt.get("step")  # the reported or logged step the worker gave, if any
-        reached = max(self.attempts.global_step, self.reports.last_step)
-        step = int(step) if step is not None else reached
-        self.attempts.save(ts - ckpt["save_s"], ts, step)
-        if self._cost is not None:
-            self._cost.checkpoint(ts, ckpt.get("bytes"))
-        self._apply(self.derived.checkpoint(ckpt, ts))
-
-    def _settle_restore(self, step: int | None) -> None:
-        settled = self.attempts.settle_restore(step)
-        if settled is not None:
-            restore, update = settled
-            self.reports.count = restore
-            self._apply(update)
+        with self._lock:
+            return self._record.worker_batch(rank, batch, now)
 
     def node_metrics(self, values: dict[str, float], step: int, wall_time: float) -> None:
         """Record one node sample: keys ``system/<node>/...``; ``step`` = sample index."""
-        step += self.derived.tick_offset  # a resumed job's samples continue its earlier ones
+        step += self._record.derived.tick_offset  # a resumed job's samples go on
         with self._lock:
-            series = self.derived.node_sample(values, step, wall_time, self.delivery.key)
-            self.delivery.push_system(series)
+            self._record.node_sample(values, step, wall_time)
 
     def gpu_info(self, node: str, devices: list[dict[str, Any]], note: str | None) -> None:
         """Which GPUs node ``node`` samples (label, uuid, name, mig), or why none."""
@@ -337,9 +208,7 @@ class RunRecorder:
         """
         now = time.time()
         with self._lock:
-            pid = self.attempts.ranks.get(rank, {}).get("pid")
-            cause = self.chaos_control.cause(pid) or self.stall.cause()  # we killed it
-            self._apply(self.attempts.fail(rank, error, kind, detail, now, cause))
+            self._record.worker_failure(rank, error, kind, detail, now)
 
     # -- ranks and control ----------------------------------------------------------
     def kill_ranks(self, ranks: list[int]) -> list[dict[str, Any]]:
@@ -348,31 +217,9 @@ class RunRecorder:
         Returns ``[{"rank", "pid", "node"}]`` of the processes killed. Raises ValueError
         for a rank that has not reported where it runs.
         """
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         with self._lock:
             where = self.attempts.where(ranks)
-        by_node: dict[str, list[int]] = {}
-        for rank, info in where.items():
-            by_node.setdefault(info["node_id"], []).append(rank)
-        killer = ray.remote(_kill_pids)
-        refs = {
-            node: killer.options(
-                num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            ).remote([where[r]["pid"] for r in node_ranks])
-            for node, node_ranks in by_node.items()
-        }
-        killed = []
-        for node, ref in refs.items():
-            dead = set(ray.get(ref, timeout=60))
-            killed += [
-                {"rank": r, "pid": where[r]["pid"], "node": where[r]["node_ip"]}
-                for r in by_node[node]
-                if where[r]["pid"] in dead
-            ]
-        return killed
+        return kill_workers(where)
 
     def ranks(self) -> dict[int, dict[str, Any]]:
         """Where the current attempt's ranks run: ``{rank: {pid, node_id, node_ip,
@@ -455,7 +302,7 @@ class RunRecorder:
         """The job's :class:`~jupyter_trainfactory.telemetry.goodput.Goodput` so far."""
         now = now or time.time()
         with self._lock:
-            inputs = self.attempts.goodput_inputs(now, self.stop_control.waiting_since())
+            inputs = self._record.goodput_inputs(now)
         return account(**inputs)
 
     # -- the derive clock -----------------------------------------------------------
@@ -463,75 +310,33 @@ class RunRecorder:
         """One tick of the derive clock at ``now`` (s since the epoch): derived numbers,
         goodput and cost, the stop and stall watches; carries out their decisions."""
         with self._lock:
-            self._apply(self.derived.tick(now, self.delivery.key))
-        decisions = self._goodput_and_cost(now) if self.attempts.attempts else []
+            self._record.tick(now)
+        decisions = []
+        if self.attempts.attempts:
+            acc = self.goodput(now)
+            with self._lock:
+                decisions = self._record.goodput_update(acc, now)
         self.check_stop_wait(now)
         stall = self.check_stall(now)
         self.carry_out(([stall] if stall else []) + decisions)
         with self._lock:
             self.delivery.tags.update(self.delivery.renamed_tags())
 
-    def _goodput_and_cost(self, now: float) -> list[Decision]:
-        acc = self.goodput(now)
-        with self._lock:
-            values = with_previous({**acc.metrics(), "goodput/wall_s": acc.wall_s}, self._before)
-            update = Update(tags={TIMELINE_TAG: json.dumps(acc.timeline())})
-            if self._cost is not None:
-                step = max(self.attempts.global_step, self.reports.last_step)
-                target = None if self._closed else self._target_steps
-                may_stop = self.stop_control.request is None
-                metrics, tags, decision = self._cost.update(
-                    acc.segments, now, step, target, may_stop
-                )
-                values.update(metrics)
-                update.tags.update(tags)
-                update.decisions += [decision] if decision else []
-            if acc.failures:  # per failure: time, kind, steps reached/restored/lost, MTTR
-                records = [dataclasses.asdict(f) for f in acc.failures[-20:]]
-                update.tags[TAG.FAILURES] = json.dumps(records)[:5000]
-            values.pop("faults/count", None)  # written when a failure happens
-            ts, tick = int(now * 1000), self.derived.ticks
-            update.series += [(key, value, ts, tick) for key, value in values.items()]
-            return self._apply(update)
-
     def check_stop_wait(self, now: float) -> None:
-        """Name the rank a stop waits for (``StopControl.check_wait``) in the run's tags."""
+        """Name the rank a stop waits for in the run's tags (``StopControl.check_wait``)."""
         with self._lock:
-            a = self.attempts
-            world = self.derived.throughput.world_size or len(a.ranks) or 1
-            self.delivery.tags.update(
-                self.stop_control.check_wait(
-                    now, a.current(), world, a.rank_checks, a.rank_steps, self.stall.max_gap
-                )
-            )
+            self._record.check_stop_wait(now)
 
     def check_stall(self, now: float) -> Decision | None:
         """Look for a stall at ``now`` (``StallWatch.check``): its tags go to the run; its
         decision is returned, not carried out."""
         with self._lock:
-            laggard = self.attempts.laggard()
-            step = self.attempts.rank_steps.get(laggard) if laggard is not None else None
-            tags, decision = self.stall.check(now, self.attempts.running(), laggard, step)
-            self.delivery.tags.update(tags)
-        return decision
+            return self._record.check_stall(now)
 
     def progressed(self, now: float) -> None:
         """A step or report arrived at ``now`` (for the stall watch)."""
         with self._lock:
-            self._progressed(now)
-
-    def _progressed(self, now: float) -> None:
-        self.delivery.tags.update(self.stall.progressed(now))
-
-    def _apply(self, update: Update) -> list[Decision]:
-        """Queue a part's points, series and tags (under the lock); returns its decisions."""
-        delivery = self.delivery
-        for key, value, step, wall_time in update.points:
-            delivery.add(key, value, step, wall_time)
-        for key, value, ts, step in update.series:
-            delivery.push(key, value, ts, step)
-        delivery.tags.update(update.tags)
-        return update.decisions
+            self._record.progressed(now)
 
     # -- writing ----------------------------------------------------------------------
     def flush(self) -> None:
@@ -578,21 +383,7 @@ class RunRecorder:
         if error and failed_rank is not None and not error.startswith("rank "):
             error = f"rank {failed_rank}: {error}"
         with self._lock:
-            tags = self.delivery.tags
-            tags[TAG.STATE] = state
-            tags[TAG.REASON] = reason
-            if error:
-                tags[TAG.ERROR] = error[:4000]
-            self._closed = True
-            if self._cost is not None:
-                now = time.time()
-                self._cost.released(now)
-                # storage goes on costing after the job, until `%train gc` frees it
-                storage = {
-                    "price_gb_month": self._cost.catalog.storage_gb_month,
-                    "history": [[round(now, 3), self._cost.kept_bytes()]],
-                }
-                tags[TAG.STORAGE] = json.dumps(storage)
+            self._record.finish(state, reason, error, time.time())
         self._wake.set()
         deadline = time.monotonic() + timeout_s
         self._flusher.join(timeout=timeout_s)  # a flush in flight holds points: let it end
@@ -624,14 +415,7 @@ class RunRecorder:
     def stats(self) -> dict[str, Any]:
         """Delivery counts: queued, dropped (system points), offline seconds, non-finite values."""
         with self._lock:
-            d = self.delivery
-            return {
-                "queued": d.queued(),
-                "queued_user": d.queued_user(),
-                "dropped": d.dropped,
-                "offline_s": d.offline_total,
-                "nonfinite": d.nonfinite,
-            }
+            return self._record.stats()
 
     # -- loops ------------------------------------------------------------------------
     def _derive_loop(self) -> None:
