@@ -37,6 +37,8 @@ from ray_backend.worker_telemetry import WorkerTelemetry
 
 __all__ = [
     "RECORDER_NAMESPACE",
+    "STOP_SEEN",
+    "WorkerTelemetry",
     "current",
     "data_wait",
     "get_checkpoint",
