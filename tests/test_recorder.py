@@ -467,3 +467,40 @@ def test_plain_ray_train_reports_are_the_steps_of_goodput(store):
     (failure,) = rec.goodput(start + 3).failures
     assert failure.step_reached == 5 and failure.restored_step == 3
     assert failure.mttr_s == pytest.approx(start + 2 - failure.time)
+
+
+def test_the_stall_watch_decides_a_restart_of_the_laggard_and_never_acts():
+    from ray_backend.decisions import Decision
+    from ray_backend.stall import StallWatch
+
+    watch = StallWatch(timeout_s=10, on_stall="restart")
+    watch.started(100.0)
+    watch.progressed(102.0)
+    assert watch.check(111.0, running=True, laggard=3, laggard_step=7) == ({}, None)
+    tags, decision = watch.check(113.0, running=True, laggard=3, laggard_step=7)
+    assert decision == Decision("restart", reason="stall", rank=3)
+    assert tags[TAG.STALL].endswith("least progress: rank 3 (step 7)")
+    assert watch.cause() == tags[TAG.STALL]  # the failure that follows is the stall's
+    assert watch.check(200.0, running=True, laggard=3) == ({}, None)  # once per stall
+
+
+def test_control_tags_become_decisions_once():
+    from ray_backend.control import ChaosControl, StopControl, decisions_from_tags
+    from ray_backend.decisions import Decision
+
+    chaos, stop = ChaosControl(), StopControl()
+    chaos.seen_before(json.dumps({"id": "old", "rank": 0}))
+    tags = {TAG.CHAOS: json.dumps({"id": "old", "rank": 1})}
+    assert decisions_from_tags(tags, chaos, stop) == []  # an earlier submission's request
+    tags = {
+        TAG.CHAOS: json.dumps({"id": "c1", "rank": 1}),
+        TAG.STOP: "user",
+        TAG.STOP_GRACE: "60",
+        TAG.STOP_TIME: "1000",
+    }
+    assert decisions_from_tags(tags, chaos, stop) == [
+        Decision("chaos", request={"id": "c1", "rank": 1}),
+        Decision("stop", reason="user", grace_s=60.0, at=1000.0),
+    ]
+    stop.ask("user", 60.0, 1000.0)  # carried out by the recorder
+    assert decisions_from_tags(tags, chaos, stop) == []
