@@ -89,7 +89,7 @@ class RunRecorder:
             target_steps,
             resumed=resume > 0,
         )
-        # the parts, for the driver's and the tests' eyes (read them under the lock)
+        # its parts, as attributes for callers in this process (use them under the lock)
         record = self._record
         self.delivery, self.attempts, self.stall = record.delivery, record.attempts, record.stall
         self.stop_control, self.chaos_control = record.stop_control, record.chaos_control
