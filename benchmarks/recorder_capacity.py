@@ -372,8 +372,8 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
     import ray
 
     from jupyter_trainfactory.tracking import TAG, client, create_job_run
+    from ray_backend.protocol import RECORDER_NAMESPACE, recorder_name
     from ray_backend.recorder import MAX_BATCH_METRICS, RunRecorder
-    from ray_backend.session import RECORDER_NAMESPACE, recorder_name
 
     defaults = inspect.signature(RunRecorder.__init__).parameters
     max_queued = defaults["max_queued"].default

@@ -122,6 +122,28 @@ class TAG:
     RENAMED_KEYS = "trainfactory.renamed_keys"  # JSON {metric key: MLflow key} (recorder)
     RENAMED_PARAMS = "trainfactory.renamed_params"  # JSON {param key: MLflow key}
     PARAMS_OMITTED = "trainfactory.params.omitted"  # how many params are only in artifacts
+    # written by the job's RunRecorder (ray_backend/)
+    GPUS = "trainfactory.gpus."  # + node label -> JSON: the GPUs its sampler reads
+    GPU_NOTE = "trainfactory.gpu_note."  # + node label -> why its sampler reads no GPU
+    FAULTS_LAST = "trainfactory.faults.last"  # "HH:MM:SS rank R: error" of the last failure
+    FAULTS_RESTARTS = "trainfactory.faults.restarts"
+    RESTORE_STEP = "trainfactory.faults.restore_step"  # the step the last restart restored
+    STOP_WAITING = "trainfactory.stop.waiting"  # "" or the rank a stop waits for
+    FLOPS_PER_TOKEN = "trainfactory.flops_per_token"
+    N_PARAMS = "trainfactory.model.n_params"
+    DEVICE_NAME = "trainfactory.device_name"
+    PEAK_FLOPS = "trainfactory.peak_flops"
+    MFU_NOTE = "trainfactory.mfu_note"  # "" or why train/mfu is not written
+    NONFINITE_STEP = "trainfactory.nonfinite.first_step"
+    NONFINITE_KEY = "trainfactory.nonfinite.first_key"
+    NONFINITE_COUNT = "trainfactory.nonfinite.count"
+    OFFLINE_S = "trainfactory.tracking.offline_s"  # s the tracking server was away
+    DROPPED_POINTS = "trainfactory.tracking.dropped_points"  # system points dropped
+    LAST_OUTAGE = "trainfactory.tracking.last_outage"
+    COST_CURRENCY = "trainfactory.cost.currency"
+    COST_CATALOG = "trainfactory.cost.catalog"
+    COST_WARNINGS = "trainfactory.cost.warnings"
+    COST_BUDGET = "trainfactory.cost.budget"
 
 
 @dataclass(frozen=True)

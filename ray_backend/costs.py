@@ -12,8 +12,11 @@ from jupyter_trainfactory.telemetry.cost import (
     PriceCatalog,
     StorageSample,
     meter,
+    projected_cost,
 )
 from jupyter_trainfactory.telemetry.goodput import Segment
+from jupyter_trainfactory.tracking import TAG
+from ray_backend.decisions import Decision
 
 __all__ = ["STOP_ALLOWANCE_S", "CostMeter"]
 
@@ -63,6 +66,7 @@ class CostMeter:
         self._saved_at: list[float] = []
         self._storage: list[StorageSample] = []
         self._budget_hit = False
+        self._rate_anchor: tuple[float, int] | None = None  # (time, step) of the first step
 
     def add_before(self, metrics: dict[str, float]) -> None:
         """``cost/*`` metrics of earlier submissions of the job (a resume)."""
@@ -118,13 +122,13 @@ class CostMeter:
 
     def tags(self, cost: Cost) -> dict[str, Any]:
         tags = {
-            "trainfactory.cost.currency": cost.currency,
-            "trainfactory.cost.catalog": cost.catalog
+            TAG.COST_CURRENCY: cost.currency,
+            TAG.COST_CATALOG: cost.catalog
             + (" (example prices, not a quote)" if cost.example else ""),
-            "trainfactory.cost.warnings": "; ".join(cost.warnings),
+            TAG.COST_WARNINGS: "; ".join(cost.warnings),
         }
         if self.budget:
-            tags["trainfactory.cost.budget"] = f"{self.budget:g}"
+            tags[TAG.COST_BUDGET] = f"{self.budget:g}"
         return tags
 
     def over_budget(self, spent: float, rate_per_h: float, now: float) -> bool:
@@ -141,3 +145,44 @@ class CostMeter:
         projected = spent + rate_per_h * ahead_s / 3600.0
         self._budget_hit = math.isfinite(projected) and projected > self.budget
         return self._budget_hit
+
+    def update(
+        self,
+        segments: Sequence[Segment],
+        now: float,
+        step: int,
+        target_steps: int | None = None,
+        may_stop: bool = True,
+    ) -> tuple[dict[str, float], dict[str, Any], Decision | None]:
+        """The job's ``cost/*`` metrics and tags at ``now``, and a graceful stop (reason
+        ``budget``) when the budget would be passed and ``may_stop`` (no stop requested yet).
+
+        ``segments``: the goodput timeline so far; ``step``: the step reached; with
+        ``target_steps``, ``cost/projected_usd`` is the cost at that step at the rate
+        measured from the first step seen (0 < ``step``; ``target_steps`` None: the job
+        has ended, nothing is projected).
+        """
+        cost = self.cost(segments, now)
+        metrics = self.metrics(cost)
+        decision = None
+        if may_stop and self.over_budget(metrics["cost/usd"], cost.rate_per_h, now):
+            decision = Decision(
+                "stop",
+                reason="budget",
+                grace_s=300.0,
+                note=f"trainfactory: budget {self.budget:g} {self.catalog.currency} would be"
+                f" passed before the checkpoint after the next ({metrics['cost/usd']:.2f} spent)",
+            )
+        if target_steps and step > 0:
+            if self._rate_anchor is None:
+                self._rate_anchor = (now, step)
+            t0, s0 = self._rate_anchor
+            if now > t0 and step > s0:
+                metrics["cost/projected_usd"] = projected_cost(
+                    metrics["cost/usd"],
+                    cost.rate_per_h,
+                    step,
+                    target_steps,
+                    (step - s0) / (now - t0),
+                )
+        return metrics, self.tags(cost), decision

@@ -115,8 +115,8 @@ class FlakyClient:
 
 def _recorder(**kwargs):
     rec = RunRecorder("http://unused", "run", flush_interval_s=3600, **kwargs)
-    rec._client = FlakyClient()
-    return rec, rec._client
+    rec.delivery.client = FlakyClient()
+    return rec, rec.delivery.client
 
 
 def _log(rec, rank, n, start=1, key="loss"):
@@ -130,7 +130,7 @@ def test_points_wait_while_the_server_is_away_and_arrive_exactly_once(capsys):
     fake.fail_after = 1  # the first request goes through, then the server goes away
     with pytest.raises(ConnectionError):
         rec.flush()
-    rec._went_offline(ConnectionError("connection refused"))
+    rec.delivery.went_offline(ConnectionError("connection refused"))
     assert len(fake.metrics) == 900 and rec.stats()["queued"] == 1600
     fake.fail_after, fake.down = None, True
     _log(rec, 0, 500, start=2501)  # training goes on meanwhile
@@ -201,7 +201,7 @@ def test_keys_are_mapped_and_renames_recorded():
     rec, fake = _recorder()
     rec.worker_batch(0, {"points": [["loss", 1.0, 1, 1.0], ["loss/val", 2.0, 1, 1.0]]})
     rec.worker_batch(0, {"points": [["acc@1", 0.5, 1, 1.0]]})
-    rec._derive(10.0)
+    rec.derive(10.0)
     rec.flush()
     assert {m.key for m in fake.metrics} == {"loss", "loss_/val", "acc_1"}
     assert json.loads(fake.tags["trainfactory.renamed_keys"]) == {
@@ -225,7 +225,7 @@ def test_per_gpu_series_are_thinned_for_large_jobs_but_the_cluster_view_is_not()
             }
             values[f"system/n{node}/cpu_utilization"] = 50.0
             rec.node_metrics(values, t, 1000.0 + t)
-        rec._derive(1000.0 + t)
+        rec.derive(1000.0 + t)
     rec.flush()
     for node in range(5):
         written = [m.step for m in fake.metrics if m.key == f"system/n{node}/gpu3/utilization"]
@@ -243,7 +243,7 @@ def test_energy_from_sampled_power():
         rec.node_metrics(
             {"system/n0/gpu0/power_w": 300.0, "system/n0/gpu1/power_w": 100.0}, t, 1000.0 + t
         )
-    rec._derive(1003.0)
+    rec.derive(1003.0)
     rec.flush()
     kwh = [m.value for m in fake.metrics if m.key == "energy/gpu_kwh"]
     assert kwh == [pytest.approx(1200 / 3.6e6)]
@@ -255,7 +255,7 @@ def test_worker_counters_give_throughput_and_mfu():
     for rank in (0, 1):
         rec.worker_batch(rank, {"counters": {"time": 10.0, "steps": 10, "tokens": 1000.0}})
         rec.worker_batch(rank, {"counters": {"time": 12.0, "steps": 30, "tokens": 5000.0}})
-    rec._derive(12.0)
+    rec.derive(12.0)
     rec.flush()
     last = {m.key: m.value for m in fake.metrics}
     assert last["train/tokens_per_s"] == pytest.approx(2 * 4000 / 2.0)
@@ -317,17 +317,18 @@ def test_a_stall_is_flagged_suggested_and_stops_the_job(store, capsys):
     rec.set_state("RUNNING")
     t0 = time.time()
     for i in range(1, 4):  # progress every 2 s: the longest gap is 2 s
-        rec._progressed(t0 + 2 * i)
-    assert rec._check_stall(t0 + 6 + 9.9) is None  # 9.9 s without progress: not yet
-    assert rec._check_stall(t0 + 6 + 10.1) == "stop"
-    assert rec._check_stall(t0 + 6 + 20) is None  # once per stall
-    rec._act_on_stall("stop")
+        rec.progressed(t0 + 2 * i)
+    assert rec.check_stall(t0 + 6 + 9.9) is None  # 9.9 s without progress: not yet
+    decision = rec.check_stall(t0 + 6 + 10.1)
+    assert decision.kind == "stop"
+    assert rec.check_stall(t0 + 6 + 20) is None  # once per stall
+    rec.carry_out([decision])
     assert rec.stop_status()["reason"] == "stall" and rec.stop_status()["due"]
     rec.flush()
     tags = client.get_run(run_id).data.tags
     assert tags[TAG.STALL].startswith("no step or report for 10 s since")
     assert tags[TAG.STALL_SUGGESTED] == "60"  # 10 x 2 s is below the 60 s floor
-    rec._progressed(t0 + 40)  # progress again clears the flag
+    rec.progressed(t0 + 40)  # progress again clears the flag
     rec.flush()
     assert client.get_run(run_id).data.tags[TAG.STALL] == ""
     assert "stalled: no step or report" in capsys.readouterr().out
@@ -337,8 +338,8 @@ def test_without_a_timeout_a_stall_is_never_flagged(store):
     uri, _, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
     rec.set_state("RUNNING")
-    rec._progressed(time.time())
-    assert rec._check_stall(time.time() + 10**6) is None
+    rec.progressed(time.time())
+    assert rec.check_stall(time.time() + 10**6) is None
 
 
 def test_a_failure_keeps_its_root_cause_with_the_rank_node(store):
@@ -363,11 +364,11 @@ def test_chaos_for_a_rank_that_is_not_running_answers_with_the_running_ones(stor
     uri, _, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
     rec.worker_batch(0, {"worker": {"pid": 1, "node_id": "n", "node_ip": "10.0.0.7"}})
-    assert rec._chaos({"id": "x", "rank": 5})["error"] == (
+    assert rec.chaos({"id": "x", "rank": 5})["error"] == (
         "rank 5 is not running (running ranks: 0)"
     )
     assert (
-        "no worker of this job runs on node" in rec._chaos({"id": "y", "node": "10.9.9.9"})["error"]
+        "no worker of this job runs on node" in rec.chaos({"id": "y", "node": "10.9.9.9"})["error"]
     )
 
 
@@ -389,7 +390,7 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     points = [("loss", 9.0, s, time.time()) for s in (4, 5, 6)]
     second.worker_batch(0, {"counters": _counters(3, time.time()), "points": points})
     assert second.report([{"step": 5}], None) is None  # the report count continues too
-    second._derive(time.time() + 1)
+    second.derive(time.time() + 1)
     second.finish("FINISHED", "SUCCEEDED")
     run = client.get_run(run_id)
     loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
@@ -434,7 +435,7 @@ def test_cost_is_metered_live_and_a_budget_asks_for_a_stop(store):
     rec.set_state("RUNNING")
     rec.worker_batch(0, {"device": {"device_name": "NVIDIA H200"}})
     t = time.time()
-    rec._derive(t + 3600)  # an hour of 2 H200 at the example price, $4.00/h each
+    rec.derive(t + 3600)  # an hour of 2 H200 at the example price, $4.00/h each
     rec.flush()
     run = client.get_run(run_id)
     m, tags = run.data.metrics, run.data.tags
@@ -457,9 +458,9 @@ def test_cost_is_projected_to_the_target_step(store):
     rec.worker_batch(0, {"device": {"device_name": "NVIDIA H200"}})
     t = time.time()
     rec.report([{"step": 10}], None, t)
-    rec._derive(t)  # the first step seen: the rate is measured from here
+    rec.derive(t)  # the first step seen: the rate is measured from here
     rec.report([{"step": 20}], None, t + 360)
-    rec._derive(t + 360)  # 10 steps in 360 s; 80 steps to go: 2880 s at $8.00/h = $6.40
+    rec.derive(t + 360)  # 10 steps in 360 s; 80 steps to go: 2880 s at $8.00/h = $6.40
     rec.flush()
     m = client.get_run(run_id).data.metrics
     assert m["cost/projected_usd"] == pytest.approx(m["cost/usd"] + 6.40, rel=1e-6)
@@ -470,8 +471,8 @@ def test_plain_ray_train_reports_are_the_steps_of_goodput(store):
     uri, client, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
     rec.set_state("RUNNING")
-    t0 = rec._attempts[-1]["start"] = time.time() - 100  # the workers started 100 s ago
-    rec._submitted = t0 - 1
+    t0 = rec.attempts.current()["start"] = time.time() - 100  # the workers started 100 s ago
+    rec.attempts.submitted = t0 - 1
     for i in range(1, 6):
         rec.report([{"loss": 1.0 / i, "step": i}], f"/ckpt/{i}" if i == 3 else None, t0 + 2 * i)
     # the worker's own record of that checkpoint (timed around the report)
@@ -481,9 +482,46 @@ def test_plain_ray_train_reports_are_the_steps_of_goodput(store):
     assert acc.goodput_s == pytest.approx(8.0 - 0.5)  # reports 2-5, 2 s each, less the save
     rec.worker_failure(1, "boom")
     rec.set_state("RUNNING")  # the restart
-    start = rec._attempts[-1]["start"]
+    start = rec.attempts.current()["start"]
     rec.report([{"loss": 0.1, "step": 4}], None, start + 1)
     rec.report([{"loss": 0.1, "step": 6}], None, start + 2)
     (failure,) = rec.goodput(start + 3).failures
     assert failure.step_reached == 5 and failure.restored_step == 3
     assert failure.mttr_s == pytest.approx(start + 2 - failure.time)
+
+
+def test_the_stall_watch_decides_a_restart_of_the_laggard_and_never_acts():
+    from ray_backend.decisions import Decision
+    from ray_backend.stall import StallWatch
+
+    watch = StallWatch(timeout_s=10, on_stall="restart")
+    watch.started(100.0)
+    watch.progressed(102.0)
+    assert watch.check(111.0, running=True, laggard=3, laggard_step=7) == ({}, None)
+    tags, decision = watch.check(113.0, running=True, laggard=3, laggard_step=7)
+    assert decision == Decision("restart", reason="stall", rank=3)
+    assert tags[TAG.STALL].endswith("least progress: rank 3 (step 7)")
+    assert watch.cause() == tags[TAG.STALL]  # the failure that follows is the stall's
+    assert watch.check(200.0, running=True, laggard=3) == ({}, None)  # once per stall
+
+
+def test_control_tags_become_decisions_once():
+    from ray_backend.control import ChaosControl, StopControl, decisions_from_tags
+    from ray_backend.decisions import Decision
+
+    chaos, stop = ChaosControl(), StopControl()
+    chaos.seen_before(json.dumps({"id": "old", "rank": 0}))
+    tags = {TAG.CHAOS: json.dumps({"id": "old", "rank": 1})}
+    assert decisions_from_tags(tags, chaos, stop) == []  # an earlier submission's request
+    tags = {
+        TAG.CHAOS: json.dumps({"id": "c1", "rank": 1}),
+        TAG.STOP: "user",
+        TAG.STOP_GRACE: "60",
+        TAG.STOP_TIME: "1000",
+    }
+    assert decisions_from_tags(tags, chaos, stop) == [
+        Decision("chaos", request={"id": "c1", "rank": 1}),
+        Decision("stop", reason="user", grace_s=60.0, at=1000.0),
+    ]
+    stop.ask("user", 60.0, 1000.0)  # carried out by the recorder
+    assert decisions_from_tags(tags, chaos, stop) == []

@@ -228,7 +228,7 @@ def test_every_rank_stops_at_the_same_step_whatever_their_speeds(check_every):
 
     for _ in range(10):  # a stop at a random moment, 10 times
         rec = RunRecorder("http://unused", "run", flush_interval_s=3600)
-        rec._client = _NoServer()
+        rec.delivery.client = _NoServer()
         rec.set_state("RUNNING")
         stopped = _ddp_ranks(rec, [0.002, 0.006], random.uniform(0.05, 0.4), check_every)
         assert set(stopped) == {0, 1}, "a rank deadlocked (a barrier timed out)"
@@ -240,10 +240,10 @@ def test_a_rank_that_does_not_reach_the_stop_point_is_named():
     from ray_backend.recorder import RunRecorder
 
     rec = RunRecorder("http://unused", "run", flush_interval_s=3600)
-    rec._client = _NoServer()
+    rec.delivery.client = _NoServer()
     rec.set_state("RUNNING")
     for t in (1.0, 2.0):  # two steps (plain reports) before the stop
-        rec.report([{"loss": 1.0}, {}], None, rec._attempts[0]["start"] + t)
+        rec.report([{"loss": 1.0}, {}], None, rec.attempts.attempts[0]["start"] + t)
     rec.request_stop("user")
     for rank, checks in ((0, 12), (1, 11)):  # rank 1 is one stop point behind
         points = [["loss", 1.0, checks, time.time()]]
@@ -252,13 +252,13 @@ def test_a_rank_that_does_not_reach_the_stop_point_is_named():
         )
     assert reply == {"stop": True, "at": 13}
     rec.worker_batch(0, {"checks": 13})  # rank 0 reached it; rank 1 hangs at step 11
-    now = rec._attempts[0]["start"] + 5  # after the two steps
-    rec._check_stop_wait(now)  # starts the clock
-    rec._check_stop_wait(now + 10)
+    now = rec.attempts.attempts[0]["start"] + 5  # after the two steps
+    rec.check_stop_wait(now)  # starts the clock
+    rec.check_stop_wait(now + 10)
     assert "waiting" not in rec.stop_status()
-    rec._check_stop_wait(now + 31)  # at least 30 s
+    rec.check_stop_wait(now + 31)  # at least 30 s
     assert rec.stop_status()["waiting"] == "stopping: waiting for rank 1 at step 11"
-    assert rec._tags["trainfactory.reason"] == "stopping: waiting for rank 1 at step 11"
+    assert rec.delivery.tags["trainfactory.reason"] == "stopping: waiting for rank 1 at step 11"
     badput = rec.goodput(now + 40).badput_s  # booked to its own category, not "other"
     assert badput["stop_wait"] == pytest.approx(40, abs=1)
     assert badput["other"] == pytest.approx(3, abs=0.5)  # last step to the wait
@@ -284,9 +284,10 @@ def test_a_key_from_log_and_save_checkpoint_is_written_once_per_step(tmp_path):
     # a late batch with the steps before a checkpoint: written, none lost, none twice
     late = [["loss", 0.25, s, 1_000.5 + s / 100] for s in range(15, 21)]
     rec.worker_batch(0, {"points": late})
+    # step 10 again: not written twice; step 2, never written, arrives last: written
     rec.worker_batch(0, {"points": [["loss", 0.5, 10, 1_002.0], ["loss", 0.1, 2, 1_002.0]]})
     rec.flush()
     loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
-    assert loss == [(10, 0.5), *[(s, 0.25) for s in range(15, 21)]]
+    assert loss == [(2, 0.1), (10, 0.5), *[(s, 0.25) for s in range(15, 21)]]
     models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
     assert sorted((x.step, x.value) for m in models for x in m.metrics) == [(10, 0.5), (20, 0.25)]
