@@ -14,6 +14,7 @@ from typing import Any
 
 from . import tracking
 from .telemetry.cost import money
+from .telemetry.keys import NOT_STEPPED
 from .tracking import TAG
 
 __all__ = [
@@ -146,6 +147,15 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def latest_step(run) -> int | None:
+    """The run's step: the furthest training step of any key (``trainfactory.log``,
+    ``ray.train.report``, ``train/*``), or the recorder's step tag when that is further;
+    None before the first. Points of keys in ``telemetry.keys.NOT_STEPPED`` are ticks."""
+    steps = [int(m.step) for m in run.data.to_proto().metrics if not m.key.startswith(NOT_STEPPED)]
+    tagged = _int(run.data.tags.get(TAG.STEP))
+    return max([*steps, *([tagged] if tagged is not None else [])], default=None)
+
+
 def job_info(run, state: str, tracking_uri: str) -> JobInfo:
     """A :class:`JobInfo` from the job's MLflow run (an ``mlflow.entities.Run``) and its
     state; ``tracking_uri`` makes the run's UI link."""
@@ -169,7 +179,7 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         run_id=run.info.run_id,
         run_status=run.info.status,
         submission_id=tags.get(TAG.SUBMISSION, ""),
-        step=_int(tags.get(TAG.STEP)),
+        step=latest_step(run),
         started=run.info.start_time / 1000 if run.info.start_time else None,
         ended=None if run.info.status == "RUNNING" else ended,  # a resume reopens the run
         reason=tags.get(TAG.REASON, ""),

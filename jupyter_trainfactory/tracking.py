@@ -527,6 +527,35 @@ def latest_points(run) -> list[MetricPoint]:
     ]
 
 
+#: Series of a submission's own doing: after a resume, their latest value counts only once
+#: the resumed submission has written one (see :func:`is_current`).
+SUBMISSION_SERIES = ("train/", "system/", "energy/")
+
+
+def is_current(key: str, timestamp_ms: int, tags: dict[str, str]) -> bool:
+    """Whether the latest point of ``key`` (written at ``timestamp_ms``, ms since the
+    epoch) tells the job's present: True unless ``key`` is a throughput, step-time,
+    MFU, system or energy series (``SUBMISSION_SERIES``) whose point is older than the
+    current submission's start (tag ``trainfactory.started``, s since the epoch). So
+    after a resume the dashboard and the panel show no number rather than the last one
+    from before the stop, until the resumed workers report."""
+    if not key.startswith(SUBMISSION_SERIES):
+        return True
+    try:
+        started = float(tags.get(TAG.STARTED) or 0.0)
+    except ValueError:
+        return True
+    return timestamp_ms / 1000 >= started
+
+
+def current_metrics(run) -> dict[str, float]:
+    """``run.data.metrics`` without the values :func:`is_current` rules out."""
+    tags = run.data.tags
+    return {
+        m.key: m.value for m in run.data.to_proto().metrics if is_current(m.key, m.timestamp, tags)
+    }
+
+
 def metric_history(
     mlflow_client, run_id: str, key: str, max_points: int | None = None
 ) -> list[MetricPoint]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_trainfactory.telemetry.keys import NOT_STEPPED as _NOT_STEPPED
 from jupyter_trainfactory.tracking import TAG
 
 __all__ = ["Previous", "read_previous", "with_previous"]
 
-_NOT_STEPPED = ("system/", "goodput/", "badput/", "faults/", "energy/", "cost/")
 _TICKED = ("system/", "goodput/", "energy/", "cost/")
 
 

@@ -434,3 +434,38 @@ def test_a_stop_waiting_for_a_rank_is_said(run):
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
     assert "<b>stop</b>: waiting for rank 1 at step 400" in board._header.value
     board.close()
+
+
+def test_the_step_is_the_furthest_logged_step_before_any_report(run):
+    # a loop that logs every step and reports only with its checkpoints (every 200)
+    uri, client, run_id = run
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "step -" in board._header.value
+    _log(client, run_id, range(1, 38))
+    client.log_metric(run_id, "system/node-1/cpu_utilization", 40.0, step=500)  # a tick
+    board.poll_once()
+    assert board.model.info.step == 37 and "step 37" in board._header.value
+    client.set_tag(run_id, TAG.STEP, "40")  # a report's step further on counts too
+    board.poll_once()
+    assert board.model.info.step == 40
+    board.close()
+
+
+def test_after_a_resume_the_latest_numbers_are_the_resumed_submissions(run):
+    uri, client, run_id = run
+    client.log_batch(run_id, metrics=[Metric("train/samples_per_s", 276.0, 1_000_000, 181)])
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    assert "276 samples/s" in board._header.value
+    client.set_tag(run_id, TAG.STARTED, "2000.0")  # resumed at t = 2000 s: nothing new yet
+    board.poll_once()
+    assert "train/samples_per_s" not in board.model.latest
+    assert "samples/s" not in board._header.value
+    assert [s for s, _ in board.model.series["train/samples_per_s"]] == [181]  # still drawn
+    client.log_batch(run_id, metrics=[Metric("train/samples_per_s", 333.0, 2_001_000, 190)])
+    board.poll_once()
+    assert "333 samples/s" in board._header.value
+    run_now = client.get_run(run_id)
+    from jupyter_trainfactory.tracking import current_metrics
+
+    assert current_metrics(run_now)["train/samples_per_s"] == 333.0  # the panel's numbers
+    board.close()

@@ -171,7 +171,10 @@ class DashboardModel:
                 if self._append(self.timeseries, p.key, at, p.value):
                     new.setdefault(p.key, []).append((at, p.value))
                 continue
-            self.latest[p.key] = p.value
+            if tracking.is_current(p.key, p.timestamp, snap.tags):
+                self.latest[p.key] = p.value
+            else:  # a resume's workers have not written it yet
+                self.latest.pop(p.key, None)
             if self._append(self.series, p.key, p.step, p.value):
                 new.setdefault(p.key, []).append((p.step, p.value))
         return new

@@ -194,7 +194,7 @@ class TrainingJobsManager:
         return [
             self.job_model(
                 jm.run_info(run),
-                run.data.metrics,
+                tracking.current_metrics(run),
                 self._experiment_name(jm, run.info.experiment_id),
             )
             for run in runs
@@ -204,7 +204,9 @@ class TrainingJobsManager:
         jm = self._job_manager()
         run = jm.find_run(job_id)  # JobNotFound for an unknown id
         return self.job_model(
-            jm.run_info(run), run.data.metrics, self._experiment_name(jm, run.info.experiment_id)
+            jm.run_info(run),
+            tracking.current_metrics(run),
+            self._experiment_name(jm, run.info.experiment_id),
         )
 
     # -- the REST verbs -------------------------------------------------------------

@@ -16,6 +16,9 @@ __all__ = ["MAX_KEY_LENGTH", "KeyMapper", "clean_key", "to_float"]
 
 #: MLflow's limit on a metric key (``mlflow.utils.validation.MAX_ENTITY_KEY_LENGTH``).
 MAX_KEY_LENGTH = 250
+#: Key prefixes whose points are not stepped by training steps (their step is a tick
+#: count): every other key's step is a training step of the run.
+NOT_STEPPED = ("system/", "goodput/", "badput/", "faults/", "energy/", "cost/")
 _BAD = re.compile(r"[^\w\-. /:]", re.ASCII)
 _SLASHES = re.compile(r"/+")
 
