@@ -105,8 +105,8 @@ def _row(run, experiment: str, state: str, now: float) -> CostRow:
         ettr=metrics.get("goodput/ettr"),
         tokens=tokens,
         tokens_per_cost=tokens / cost if tokens and cost else None,
-        currency=tags.get("trainfactory.cost.currency", "USD"),
-        example_prices="example" in tags.get("trainfactory.cost.catalog", ""),
+        currency=tags.get(TAG.COST_CURRENCY, "USD"),
+        example_prices="example" in tags.get(TAG.COST_CATALOG, ""),
     )
 
 

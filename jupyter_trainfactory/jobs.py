@@ -227,9 +227,9 @@ class JobManager:
             submission_id=submission_id,
             runtime_env=runtime_env(spec, payload, ray_address),
             metadata={
-                "trainfactory.job_id": job_id,
-                "trainfactory.run_id": run_id,
-                "trainfactory.owner": spec.owner,
+                TAG.JOB_ID: job_id,
+                TAG.RUN_ID: run_id,
+                TAG.OWNER: spec.owner,
             },
         )
 
@@ -269,7 +269,8 @@ class JobManager:
         changes: dict[str, Any] = {}
         if max_failures is not None:
             changes["max_failures"] = max_failures
-        spec = JobSpec(**{**meta["spec"], **changes})  # validates again (working_dir, ...)
+        spec = JobSpec.from_dict({**meta["spec"], **changes})
+        spec.validate()  # and the local checks again (working_dir, ...)
         meta["min_nodes"] = self.check(spec).min_nodes
         count = int(tags.get(TAG.RESUMES) or 0) + 1
         meta.update(spec=spec.to_dict(), resume=count)

@@ -187,7 +187,7 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         checkpoint_path=tags.get(TAG.CKPT_PATH, ""),
         checkpoint_step=_int(tags.get(TAG.CKPT_STEP)),
         run_url=tracking.run_url(tracking_uri, run),
-        restarts=_int(tags.get("trainfactory.faults.restarts")) or 0,
+        restarts=_int(tags.get(TAG.FAULTS_RESTARTS)) or 0,
         resumes=_int(tags.get(TAG.RESUMES)) or 0,
         failure=failure if isinstance(failure, dict) else None,
         fault_records=records if isinstance(records, list) else [],
@@ -202,17 +202,17 @@ def cost_text(metrics: dict[str, float], tags: dict[str, str]) -> str:
     tags, "" when the run has no cost."""
     if "cost/usd" not in metrics:
         return ""
-    currency = tags.get("trainfactory.cost.currency", "USD")
+    currency = tags.get(TAG.COST_CURRENCY, "USD")
     notes = []
     if metrics.get("cost/wasted_usd"):
         notes.append(f"{money(metrics['cost/wasted_usd'])} wasted")
-    if tags.get("trainfactory.cost.budget"):
+    if tags.get(TAG.COST_BUDGET):
         notes.append(f"budget {tags['trainfactory.cost.budget']}")
     if "cost/projected_usd" in metrics and tags.get(TAG.TARGET_STEPS):
         notes.append(
             f"{money(metrics['cost/projected_usd'])} projected by step {tags[TAG.TARGET_STEPS]}"
         )
-    if "example" in tags.get("trainfactory.cost.catalog", ""):
+    if "example" in tags.get(TAG.COST_CATALOG, ""):
         notes.append("example prices")
     text = f"{money(metrics['cost/usd'])} {currency}"
     return text + (f" ({'; '.join(notes)})" if notes else "")

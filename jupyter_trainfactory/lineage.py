@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .redact import mask_url
+from .tracking import TAG
 
 __all__ = [
     "CONTENT_DIGEST_LIMIT",
@@ -344,10 +345,10 @@ class CodeVersion:
             "mlflow.source.git.commit": self.git_commit,
             "mlflow.source.git.branch": self.git_branch,
             "mlflow.source.git.repoURL": self.git_repo,
-            "trainfactory.code.notebook": self.notebook,
-            "trainfactory.code.notebook_sha256": self.notebook_sha256,
-            "trainfactory.code.function_sha256": self.function_sha256,
-            "trainfactory.code.git_dirty": dirty,
+            TAG.CODE_NOTEBOOK: self.notebook,
+            TAG.CODE_NOTEBOOK_SHA256: self.notebook_sha256,
+            TAG.CODE_FUNCTION_SHA256: self.function_sha256,
+            TAG.CODE_GIT_DIRTY: dirty,
         }
         return {key: value for key, value in tags.items() if value}
 

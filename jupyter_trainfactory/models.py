@@ -222,7 +222,7 @@ def _version_tags(job_id: str, run, chosen: CheckpointModel) -> dict[str, str]:
     data digests of the run."""
     tags = {
         TAG.JOB_ID: job_id,
-        "trainfactory.run_id": run.info.run_id,
+        TAG.RUN_ID: run.info.run_id,
         TAG.CKPT_STEP: str(chosen.step),
         TAG.CKPT_PATH: chosen.path,
     }
@@ -276,7 +276,7 @@ def register(
         _log_model(model, chosen.model_id)
     tags = _version_tags(job_id, run, chosen)
     if checkpoint == "best":
-        tags["trainfactory.selected_by"] = f"{mode} {metric} = {chosen.metrics[metric]:g}"
+        tags[TAG.SELECTED_BY] = f"{mode} {metric} = {chosen.metrics[metric]:g}"
     from mlflow.exceptions import MlflowException
 
     with contextlib.suppress(MlflowException):  # it exists already

@@ -144,6 +144,13 @@ class TAG:
     COST_CATALOG = "trainfactory.cost.catalog"
     COST_WARNINGS = "trainfactory.cost.warnings"
     COST_BUDGET = "trainfactory.cost.budget"
+    RUN_ID = "trainfactory.run_id"  # on a job's records outside its run (models, payload)
+    SELECTED_BY = "trainfactory.selected_by"  # how a registered checkpoint was chosen
+    TIMELINE = "trainfactory.goodput.timeline"  # JSON: the goodput timeline's segments
+    CODE_NOTEBOOK = "trainfactory.code.notebook"
+    CODE_NOTEBOOK_SHA256 = "trainfactory.code.notebook_sha256"
+    CODE_FUNCTION_SHA256 = "trainfactory.code.function_sha256"
+    CODE_GIT_DIRTY = "trainfactory.code.git_dirty"
 
 
 @dataclass(frozen=True)

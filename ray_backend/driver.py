@@ -151,8 +151,8 @@ class NodeSamplers:
     def poll(self) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        from ray_backend.protocol import RECORDER_NAMESPACE, sampler_name
         from ray_backend.sampler import NodeSampler
-        from ray_backend.session import RECORDER_NAMESPACE, sampler_name
 
         ranks = self._ray.get(self._recorder.ranks.remote(), timeout=30)
         for info in ranks.values():
@@ -341,8 +341,8 @@ def _start_recorder(ray, meta: dict[str, Any], spec):
     take the record along), once it answers."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from ray_backend.protocol import RECORDER_NAMESPACE, recorder_name
     from ray_backend.recorder import RunRecorder
-    from ray_backend.session import RECORDER_NAMESPACE, recorder_name
 
     recorder = (
         ray.remote(RunRecorder)

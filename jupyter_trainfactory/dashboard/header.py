@@ -88,7 +88,7 @@ def performance_cells(model: DashboardModel) -> list[str]:
     if v("train/mfu") is not None:
         cells.append(f"<b>MFU</b> {pct(v('train/mfu'))}")
     elif v("train/tokens_per_s") is not None:
-        note = model.tags.get("trainfactory.mfu_note") or "MFU unavailable"
+        note = model.tags.get(TAG.MFU_NOTE) or "MFU unavailable"
         cells.append(f'<b>MFU</b> <span title="{html.escape(note)}">unavailable</span>')
     if v("train/step_time_p50_s") is not None:
         text = (
@@ -145,17 +145,17 @@ def performance_cells(model: DashboardModel) -> list[str]:
 def cost_cell(model: DashboardModel) -> str:
     """Cost so far, burn rate and the wasted part, in the catalog's currency."""
     v, tags = model.latest.get, model.tags
-    cur = html.escape(tags.get("trainfactory.cost.currency", "USD"))
-    catalog = html.escape(tags.get("trainfactory.cost.catalog", ""))
+    cur = html.escape(tags.get(TAG.COST_CURRENCY, "USD"))
+    catalog = html.escape(tags.get(TAG.COST_CATALOG, ""))
     text = (
         f'<b title="price catalog: {catalog}">cost</b> {money(v("cost/usd"))} {cur}'
         f" · {money(v('cost/rate_per_h') or 0)} {cur}/h"
     )
     if v("cost/wasted_usd"):
         text += f" · wasted {money(v('cost/wasted_usd'))} {cur}"
-    if tags.get("trainfactory.cost.budget"):
+    if tags.get(TAG.COST_BUDGET):
         text += f" of a {html.escape(tags['trainfactory.cost.budget'])} {cur} budget"
-    target = tags.get("trainfactory.target_steps")
+    target = tags.get(TAG.TARGET_STEPS)
     if target and v("cost/projected_usd") is not None:
         text += f" · {money(v('cost/projected_usd'))} {cur} by step {html.escape(target)}"
     if "example" in catalog:
@@ -184,7 +184,7 @@ def timeline_block(model: DashboardModel) -> str:
 def warnings(model: DashboardModel) -> list[str]:
     tags = model.tags
     out = []
-    count = tags.get("trainfactory.nonfinite.count")
+    count = tags.get(TAG.NONFINITE_COUNT)
     if count:
         out.append(
             f"{html.escape(count)} non-finite value(s) (NaN or inf), first"
@@ -192,7 +192,7 @@ def warnings(model: DashboardModel) -> list[str]:
             f" at step {html.escape(tags.get('trainfactory.nonfinite.first_step', '?'))};"
             " not written to MLflow"
         )
-    waiting = tags.get("trainfactory.stop.waiting")
+    waiting = tags.get(TAG.STOP_WAITING)
     if waiting and not model.finished:  # a graceful stop that cannot complete (a rank behind)
         out.append(f"<b>stop</b>: {html.escape(waiting)}")
     info = model.info
@@ -211,7 +211,7 @@ def warnings(model: DashboardModel) -> list[str]:
     share = model.latest.get("cost/budget_fraction")
     if share is not None and share >= BUDGET_WARN_FRACTION and not model.finished:
         out.append(f"<b>budget</b>: {100 * share:.0f} % spent; the job stops before passing it")
-    outage = tags.get("trainfactory.tracking.last_outage")
+    outage = tags.get(TAG.LAST_OUTAGE)
     if outage and model.info is not None and not model.finished:
         out.append(html.escape(outage))
     return out
@@ -221,8 +221,8 @@ def _gpu_totals(model: DashboardModel) -> dict[tuple[str, str], float]:
     """``(node, label) -> memory total (MB)`` from the samplers' device lists (tags)."""
     totals = {}
     for key, value in model.tags.items():
-        if key.startswith("trainfactory.gpus."):
-            node = key.removeprefix("trainfactory.gpus.")
+        if key.startswith(TAG.GPUS):
+            node = key.removeprefix(TAG.GPUS)
             try:
                 for device in json.loads(value):
                     if device.get("memory_total_mb"):

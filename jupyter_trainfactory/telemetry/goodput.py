@@ -38,6 +38,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..tracking import TAG
+
 __all__ = [
     "BADPUT_CATEGORIES",
     "CATEGORY_CODES",
@@ -78,7 +80,7 @@ CATEGORY_CODES = {
 #: Run tag holding ``json.dumps(Goodput.timeline())``, kept under 5,000 characters: the
 #: tag value limit of older MLflow servers (MLflow 3 allows 8,000,
 #: ``mlflow.utils.validation.MAX_TAG_VAL_LENGTH``).
-TIMELINE_TAG = "trainfactory.goodput.timeline"
+TIMELINE_TAG = TAG.TIMELINE
 
 
 @dataclass(frozen=True)
