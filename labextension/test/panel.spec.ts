@@ -7,7 +7,8 @@ import { Widget } from '@lumino/widgets';
 import { IPanelActions } from '../src/actions';
 import { TrainfactoryError } from '../src/errors';
 import { JobsModel } from '../src/model';
-import { COLUMNS, columnClass, JobsPanel, MAX_LEVEL } from '../src/panel';
+import { COLUMNS, columnClass, MAX_LEVEL } from '../src/columns';
+import { JobsPanel } from '../src/panel';
 import { IJob, IServices, ITrainfactoryAPI } from '../src/types';
 import { job } from './jobs';
 

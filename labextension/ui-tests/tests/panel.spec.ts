@@ -4,7 +4,7 @@ import type { Locator, Page } from '@playwright/test';
 /** The job tests/test_panel_browser.py launched before starting this server. */
 const JOB = process.env.TF_JOB_ID ?? '';
 
-/** Every column's key (panel.ts COLUMNS), and those shown at the sidebar's default width. */
+/** Every column's key (columns.ts COLUMNS), and those shown at the sidebar's default width. */
 const ALL = [
   'job',
   'state',

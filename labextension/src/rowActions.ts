@@ -1,0 +1,108 @@
+/** RowActions: a job row's stop, resume, MLflow and copy controls, and what each click does. */
+
+import { IPanelActions } from './actions';
+import { columnCell } from './columns';
+import { attachCommand, canResume, canStop } from './format';
+import { actionControl, Glyph } from './glyphs';
+import { JobsModel, messageOf } from './model';
+import { IJob } from './types';
+
+export class RowActions {
+  /**
+   * @param model - carries out stop and resume.
+   * @param actions - the stop dialog, the clipboard and the notifications.
+   */
+  constructor(
+    readonly model: JobsModel,
+    readonly actions: IPanelActions
+  ) {}
+
+  /**
+   * The `actions` cell of `job`'s row: Stop where it can stop, Resume where it can
+   * resume, a link to its MLflow run where it has one, and Copy (its attach line).
+   */
+  cell(job: IJob): HTMLTableCellElement {
+    const cell = columnCell('actions');
+    const button = (
+      action: string,
+      label: string,
+      title: string,
+      icon: Glyph,
+      run: () => unknown
+    ) => {
+      const b = actionControl('button', action, label, title, icon);
+      b.onclick = () => void run();
+      cell.append(b);
+    };
+    if (canStop(job)) {
+      button('stop', 'Stop', 'Stop this job (asks first)', 'stop', () =>
+        this.stop(job)
+      );
+    }
+    if (canResume(job)) {
+      button(
+        'resume',
+        'Resume',
+        'Resume this job from its latest checkpoint',
+        'resume',
+        () => this.resume(job)
+      );
+    }
+    if (job.run_link) {
+      const link = actionControl(
+        'a',
+        'mlflow',
+        'MLflow',
+        `Open the MLflow run (${job.run_url || 'through this server'})`,
+        'open'
+      );
+      link.href = job.run_link;
+      link.target = '_blank';
+      link.rel = 'noopener';
+      cell.append(link);
+    }
+    button(
+      'copy',
+      'Copy',
+      `Copy "${attachCommand(job.id)}" for a notebook`,
+      'copy',
+      () => this.copy(job)
+    );
+    return cell;
+  }
+
+  /** Ask how (the dialog), then stop the job gracefully or now; nothing when cancelled. */
+  async stop(job: IJob): Promise<void> {
+    const how = await this.actions.confirmStop(job);
+    if (how === null) {
+      return;
+    }
+    await this._do(
+      () => this.model.stop(job.id, how === 'now'),
+      how === 'now'
+        ? `Stopping ${job.id} now`
+        : `${job.id} stops after its next checkpoint`
+    );
+  }
+
+  /** Resume the job from its latest checkpoint. */
+  async resume(job: IJob): Promise<void> {
+    await this._do(() => this.model.resume(job.id), `Resuming ${job.id}`);
+  }
+
+  /** Copy the job's `%train attach` line to the clipboard, and say so. */
+  copy(job: IJob): void {
+    this.actions.copy(attachCommand(job.id));
+    this.actions.notify(`Copied: ${attachCommand(job.id)}`, 'info');
+  }
+
+  /** Run `call`; notify `message` on success, the error's message on failure. */
+  private async _do(call: () => Promise<IJob>, message: string): Promise<void> {
+    try {
+      await call();
+      this.actions.notify(message, 'success');
+    } catch (error) {
+      this.actions.notify(messageOf(error), 'error');
+    }
+  }
+}
