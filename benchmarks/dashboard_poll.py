@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from jupyter_trainfactory.dashboard import JobDashboard, RunSource
-from jupyter_trainfactory.tracking import metric_history
+from jupyter_trainfactory.runreads import metric_history
 
 
 def main() -> None:

@@ -122,12 +122,12 @@ def cost_rows(
     ``since`` (s since the epoch) when given.
 
     Raises SpecError when the experiment does not exist."""
-    from . import tracking
+    from . import runreads
 
     client = manager.mlflow_client
     names: dict[str, str] = {}
     ids = manager.experiment_ids(experiment)
-    runs = tracking.search_job_runs(client, owner, limit, experiment_ids=ids, since=since)
+    runs = runreads.search_job_runs(client, owner, limit, experiment_ids=ids, since=since)
     now = time.time()
     rows = []
     for run in runs:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import submission, tracking
+from . import runreads, submission, tracking
 from .cluster import ClusterInfo, Placement, check_job, resolve_address
 from .errors import JobNotFound, TrackingUnreachable
 from .job import Job
@@ -341,7 +341,7 @@ class JobManager:
         Raises JobNotFound for a malformed id or a job the tracking server does not know."""
         if not JOB_ID_PATTERN.match(job_id or ""):
             raise JobNotFound(f"{job_id!r} is not a job id (they look like tf-1a2b3c4d).")
-        run = tracking.find_job_run(self.mlflow_client, job_id)
+        run = runreads.find_job_run(self.mlflow_client, job_id)
         if run is None:
             raise JobNotFound(f"No job {job_id} is recorded at {self.tracking_uri}.")
         return run
@@ -379,7 +379,7 @@ class JobManager:
 
     def list(self, all_users: bool = False, limit: int = 50) -> list[JobInfo]:
         """Jobs newest first: the current user's, or everyone's with ``all_users``."""
-        runs = tracking.search_job_runs(
+        runs = runreads.search_job_runs(
             self.mlflow_client, None if all_users else current_owner(), max_results=limit
         )
         return [self.run_info(run) for run in runs]

@@ -320,14 +320,14 @@ def collect_garbage(
 
     Raises SpecError when ``keep`` is below 1 or the experiment does not exist.
     """
-    from . import tracking
+    from . import runreads
     from .jobstate import TERMINAL_STATES
     from .spec import current_owner
 
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise SpecError(f"--keep must be a whole number of at least 1, got {keep!r}.")
     client = manager.mlflow_client
-    runs = tracking.search_job_runs(
+    runs = runreads.search_job_runs(
         client,
         None if all_users else current_owner(),
         experiment_ids=manager.experiment_ids(experiment),

@@ -1,4 +1,5 @@
-"""MLflow: tag names, run creation and reading runs back (key hygiene: ``telemetry.keys``).
+"""MLflow: tag names, the job's run and its params, run links (key hygiene:
+``telemetry.keys``; reading runs back: ``runreads``).
 
 Whatever a user's config holds is recorded, never refused over MLflow's rules
 (``mlflow.utils.validation``): param keys go through the metric keys' stable mapping
@@ -23,27 +24,22 @@ __all__ = [
     "EXPERIMENT_KIND",
     "UI_QUERY",
     "MAX_PARAMS",
-    "MetricPoint",
     "ParamSet",
     "TAG",
     "client",
     "create_job_run",
     "experiment_id",
     "experiment_name",
-    "find_job_run",
     "fit_tags",
     "fit_text",
     "flatten_config",
     "json_safe",
     "key_text",
-    "latest_points",
     "log_data_inputs",
     "log_params",
-    "metric_history",
     "param_value",
     "prepare_params",
     "run_url",
-    "search_job_runs",
 ]
 
 #: MLflow 3's limits (``mlflow.utils.validation``; names: its database columns).
@@ -151,16 +147,6 @@ class TAG:
     CODE_NOTEBOOK_SHA256 = "trainfactory.code.notebook_sha256"
     CODE_FUNCTION_SHA256 = "trainfactory.code.function_sha256"
     CODE_GIT_DIRTY = "trainfactory.code.git_dirty"
-
-
-@dataclass(frozen=True)
-class MetricPoint:
-    """One metric value: ``key``, ``value``, ``step`` and ``timestamp`` (ms since the epoch)."""
-
-    key: str
-    value: float
-    step: int
-    timestamp: int
 
 
 def client(tracking_uri: str):
@@ -506,8 +492,6 @@ def create_job_run(
 def log_data_inputs(mlflow_client, run_id: str, inputs: list) -> None:
     """Record ``lineage.DataInput`` items as the run's datasets (``log_inputs``, context
     ``training``): name, digest, source and profile, as the MLflow UI shows them."""
-    import json
-
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     datasets = [
@@ -524,114 +508,6 @@ def log_data_inputs(mlflow_client, run_id: str, inputs: list) -> None:
         for d in inputs
     ]
     mlflow_client.log_inputs(run_id, datasets=datasets)
-
-
-def latest_points(run) -> list[MetricPoint]:
-    """The latest value of every metric of ``run``, with its step (one ``get_run``)."""
-    return [
-        MetricPoint(m.key, m.value, int(m.step), int(m.timestamp))
-        for m in run.data.to_proto().metrics
-    ]
-
-
-#: Series of a submission's own doing: after a resume, their latest value counts only once
-#: the resumed submission has written one (see :func:`is_current`).
-SUBMISSION_SERIES = ("train/", "system/", "energy/")
-
-
-def is_current(key: str, timestamp_ms: int, tags: dict[str, str]) -> bool:
-    """Whether the latest point of ``key`` (written at ``timestamp_ms``, ms since the
-    epoch) tells the job's present: True unless ``key`` is a throughput, step-time,
-    MFU, system or energy series (``SUBMISSION_SERIES``) whose point is older than the
-    current submission's start (tag ``trainfactory.started``, s since the epoch). So
-    after a resume the dashboard and the panel show no number rather than the last one
-    from before the stop, until the resumed workers report."""
-    if not key.startswith(SUBMISSION_SERIES):
-        return True
-    try:
-        started = float(tags.get(TAG.STARTED) or 0.0)
-    except ValueError:
-        return True
-    return timestamp_ms / 1000 >= started
-
-
-def current_metrics(run) -> dict[str, float]:
-    """``run.data.metrics`` without the values :func:`is_current` rules out."""
-    tags = run.data.tags
-    return {
-        m.key: m.value for m in run.data.to_proto().metrics if is_current(m.key, m.timestamp, tags)
-    }
-
-
-def metric_history(
-    mlflow_client, run_id: str, key: str, max_points: int | None = None
-) -> list[MetricPoint]:
-    """Full history of one metric sorted by step, evenly downsampled to ``max_points``."""
-    points = sorted(
-        (
-            MetricPoint(m.key, m.value, int(m.step), int(m.timestamp))
-            for m in mlflow_client.get_metric_history(run_id, key)
-        ),
-        key=lambda p: (p.step, p.timestamp),
-    )
-    if max_points and len(points) > max_points:
-        stride = len(points) / max_points
-        points = [points[int(i * stride)] for i in range(max_points - 1)] + [points[-1]]
-    return points
-
-
-def _all_experiment_ids(mlflow_client) -> list[str]:
-    from mlflow.entities import ViewType
-
-    return [
-        e.experiment_id for e in mlflow_client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
-    ]
-
-
-def find_job_run(mlflow_client, job_id: str):
-    """The run of job ``job_id`` in any experiment, or None."""
-    ids = _all_experiment_ids(mlflow_client)
-    if not ids:
-        return None
-    runs = mlflow_client.search_runs(
-        ids, filter_string=f"tags.`{TAG.JOB_ID}` = '{job_id}'", max_results=1
-    )
-    return runs[0] if runs else None
-
-
-def search_job_runs(
-    mlflow_client,
-    owner: str | None = None,
-    max_results: int = 200,
-    experiment_ids: list[str] | None = None,
-    since: float | None = None,
-) -> list:
-    """Runs of trainfactory jobs, newest first; only ``owner``'s when given, only in
-    ``experiment_ids`` when given, only those started at or after ``since`` (s since the
-    epoch) when given. ``max_results`` above 1,000 pages through MLflow's results."""
-    ids = experiment_ids or _all_experiment_ids(mlflow_client)
-    if not ids:
-        return []
-    filt = f"tags.`{TAG.JOB_ID}` LIKE 'tf-%'"
-    if owner:
-        filt += f" AND tags.`{TAG.OWNER}` = '{owner.replace(chr(39), '')}'"
-    if since is not None:
-        filt += f" AND attributes.start_time >= {int(since * 1000)}"
-    runs: list = []
-    token = None
-    while len(runs) < max_results:
-        page = mlflow_client.search_runs(
-            ids,
-            filter_string=filt,
-            max_results=min(1000, max_results - len(runs)),
-            order_by=["attributes.start_time DESC"],
-            page_token=token,
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
-    return runs
 
 
 def run_url(tracking_uri: str, run) -> str:

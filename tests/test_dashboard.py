@@ -465,7 +465,7 @@ def test_after_a_resume_the_latest_numbers_are_the_resumed_submissions(run):
     board.poll_once()
     assert "333 samples/s" in board._header.value
     run_now = client.get_run(run_id)
-    from jupyter_trainfactory.tracking import current_metrics
+    from jupyter_trainfactory.runreads import current_metrics
 
     assert current_metrics(run_now)["train/samples_per_s"] == 333.0  # the panel's numbers
     board.close()

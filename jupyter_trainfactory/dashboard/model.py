@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .. import tracking
+from .. import runreads, tracking
 from ..jobstate import TERMINAL_STATES, JobInfo, job_info, job_state
 
 __all__ = [
@@ -31,7 +31,7 @@ class Snapshot:
     """One poll: the job's state and the latest point of every metric of its run."""
 
     info: JobInfo
-    points: list[tracking.MetricPoint]
+    points: list[runreads.MetricPoint]
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -56,10 +56,10 @@ class RunSource:
         else:
             info = job_info(run, job_state(run.info.status, None, run.data.tags), self.tracking_uri)
         tags = {k: v for k, v in run.data.tags.items() if k.startswith("trainfactory.")}
-        return Snapshot(info, tracking.latest_points(run), tags)
+        return Snapshot(info, runreads.latest_points(run), tags)
 
-    def history(self, keys: list[str], max_points: int) -> dict[str, list[tracking.MetricPoint]]:
-        return {k: tracking.metric_history(self.client, self.run_id, k, max_points) for k in keys}
+    def history(self, keys: list[str], max_points: int) -> dict[str, list[runreads.MetricPoint]]:
+        return {k: runreads.metric_history(self.client, self.run_id, k, max_points) for k in keys}
 
 
 def thin(points: list, max_points: int) -> list:
@@ -136,7 +136,7 @@ class DashboardModel:
             table[key] = thin(points, self.max_points)
         return True
 
-    def load_history(self, history: dict[str, list[tracking.MetricPoint]]) -> None:
+    def load_history(self, history: dict[str, list[runreads.MetricPoint]]) -> None:
         """Seed the plots with (downsampled) history, e.g. on ``%train attach``."""
         for key, points in history.items():
             if key.startswith("system/"):
@@ -146,7 +146,7 @@ class DashboardModel:
             for p in points:
                 self._append(self.series, key, p.step, p.value)
 
-    def replace_history(self, history: dict[str, list[tracking.MetricPoint]]) -> None:
+    def replace_history(self, history: dict[str, list[runreads.MetricPoint]]) -> None:
         """Replace the step series of ``history``'s keys by it (the whole run, re-read)."""
         for key, points in history.items():
             self.series[key] = []
@@ -171,7 +171,7 @@ class DashboardModel:
                 if self._append(self.timeseries, p.key, at, p.value):
                     new.setdefault(p.key, []).append((at, p.value))
                 continue
-            if tracking.is_current(p.key, p.timestamp, snap.tags):
+            if runreads.is_current(p.key, p.timestamp, snap.tags):
                 self.latest[p.key] = p.value
             else:  # a resume's workers have not written it yet
                 self.latest.pop(p.key, None)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import runreads, tracking
 from .. import services as svc
-from .. import tracking
 from ..jobs import JobManager
 from ..jobstate import TERMINAL_STATES, JobInfo
 from ..raytoken import cluster_headers
@@ -186,7 +186,7 @@ class TrainingJobsManager:
 
         jm = self._job_manager()
         try:
-            runs = tracking.search_job_runs(
+            runs = runreads.search_job_runs(
                 jm.mlflow_client, None if all_users else current_owner(), max_results=limit
             )
         except Exception as exc:
@@ -194,7 +194,7 @@ class TrainingJobsManager:
         return [
             self.job_model(
                 jm.run_info(run),
-                tracking.current_metrics(run),
+                runreads.current_metrics(run),
                 self._experiment_name(jm, run.info.experiment_id),
             )
             for run in runs
@@ -205,7 +205,7 @@ class TrainingJobsManager:
         run = jm.find_run(job_id)  # JobNotFound for an unknown id
         return self.job_model(
             jm.run_info(run),
-            tracking.current_metrics(run),
+            runreads.current_metrics(run),
             self._experiment_name(jm, run.info.experiment_id),
         )
 

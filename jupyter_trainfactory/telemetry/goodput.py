@@ -438,51 +438,79 @@ def account(
     if not attempts:
         _add(segments, submitted, ended, "startup")
         return _tally(submitted, ended, segments, [])
-    ordered = list(attempts)
-    for prev, cur in zip(ordered, ordered[1:], strict=False):
-        if cur.start < prev.start:
-            raise ValueError("attempts must be in time order.")
-    if ordered[0].start < submitted:
-        raise ValueError("an attempt starts before the job was submitted.")
+    ordered = _in_order(submitted, attempts)
     steps = sorted(steps, key=lambda s: s.end)
     saves = sorted(checkpoints, key=lambda c: c.end)
     _add(segments, submitted, min(ordered[0].start, ended), "startup")
     failures: list[FailureRecord] = []
     for i, attempt in enumerate(ordered):
         end = ordered[i + 1].start if i + 1 < len(ordered) else ended
-        end = min(end, ended)
-        start = min(attempt.start, end)
-        failed = attempt.failed_at
-        if failed is not None and not start <= failed <= end:
-            raise ValueError("a failure time lies outside its attempt.")
-        stop = failed if failed is not None else end  # the attempt's work ends here
-        mine = [s for s in steps if start < s.end <= stop]
         setup = "startup" if i == 0 and not resumed else "checkpoint_restore"
-        if not mine:
-            _add(segments, start, stop, setup)
-        else:
-            first = max(start, mine[0].start)
-            _add(segments, start, first, setup)
-            if failed is not None:
-                kept_saves = [c for c in saves if first <= c.start and c.end <= failed]
-                kept_end = kept_saves[-1].end if kept_saves else first
-            else:
-                kept_end = mine[-1].end
-            _kept_work(segments, first, kept_end, [s for s in mine if s.end <= kept_end], saves)
-            if failed is not None:
-                _add(segments, kept_end, stop, "wasted_progress")
-            else:  # after the last step: a final checkpoint, the last report, teardown
-                for a, b, saving in _split(kept_end, stop, _union(saves, kept_end, stop)):
-                    _add(segments, a, b, "checkpoint_save" if saving else "other")
-        if failed is not None:
-            recovery = "preemption" if attempt.kind == "preemption" else "infrastructure_recovery"
-            _add(segments, failed, end, recovery)
-            failures.append(
-                _failure_record(failed, attempt.detected_at, end, attempt.kind, mine, steps, saves)
-            )
+        spans, failure = _attempt_time(attempt, min(end, ended), setup, steps, saves)
+        for seg in spans:
+            _add(segments, seg.start, seg.end, seg.category)
+        if failure is not None:
+            failures.append(failure)
     if stop_wait_from is not None:
         segments = _relabel_after(segments, stop_wait_from, "other", "stop_wait")
     return _tally(submitted, ended, segments, failures)
+
+
+def _in_order(submitted: float, attempts: Sequence[Attempt]) -> list[Attempt]:
+    """``attempts`` as a list; ValueError when they are out of time order or the first
+    starts before ``submitted``."""
+    ordered = list(attempts)
+    for prev, cur in zip(ordered, ordered[1:], strict=False):
+        if cur.start < prev.start:
+            raise ValueError("attempts must be in time order.")
+    if ordered[0].start < submitted:
+        raise ValueError("an attempt starts before the job was submitted.")
+    return ordered
+
+
+def _attempt_time(
+    attempt: Attempt,
+    end: float,
+    setup: str,
+    steps: list[Step],
+    saves: list[CheckpointSave],
+) -> tuple[list[Segment], FailureRecord | None]:
+    """One attempt's time up to ``end`` (the next attempt's start, or the job's end) as
+    segments in time order, and its FailureRecord (None when it did not fail).
+
+    ``setup`` (``startup`` or ``checkpoint_restore``) until its first step, kept work,
+    then ``wasted_progress`` and recovery after a failure, or saves and ``other`` after
+    the last step. ``steps`` and ``saves`` are the job's, sorted by end. ValueError when
+    the failure time lies outside the attempt."""
+    segments: list[Segment] = []
+    start = min(attempt.start, end)
+    failed = attempt.failed_at
+    if failed is not None and not start <= failed <= end:
+        raise ValueError("a failure time lies outside its attempt.")
+    stop = failed if failed is not None else end  # the attempt's work ends here
+    mine = [s for s in steps if start < s.end <= stop]
+    if not mine:
+        _add(segments, start, stop, setup)
+    else:
+        first = max(start, mine[0].start)
+        _add(segments, start, first, setup)
+        if failed is not None:
+            kept_saves = [c for c in saves if first <= c.start and c.end <= failed]
+            kept_end = kept_saves[-1].end if kept_saves else first
+        else:
+            kept_end = mine[-1].end
+        _kept_work(segments, first, kept_end, [s for s in mine if s.end <= kept_end], saves)
+        if failed is not None:
+            _add(segments, kept_end, stop, "wasted_progress")
+        else:  # after the last step: a final checkpoint, the last report, teardown
+            for a, b, saving in _split(kept_end, stop, _union(saves, kept_end, stop)):
+                _add(segments, a, b, "checkpoint_save" if saving else "other")
+    if failed is None:
+        return segments, None
+    recovery = "preemption" if attempt.kind == "preemption" else "infrastructure_recovery"
+    _add(segments, failed, end, recovery)
+    failure = _failure_record(failed, attempt.detected_at, end, attempt.kind, mine, steps, saves)
+    return segments, failure
 
 
 def _relabel_after(segments: list[Segment], t: float, old: str, new: str) -> list[Segment]:
