@@ -300,6 +300,21 @@ def _unrecognized_text(parser: argparse.ArgumentParser, ns, extra: list[str]) ->
     return f"{where}unrecognized arguments: {' '.join(extra)}"
 
 
+def config_from_args(text: str | None, namespace: dict[str, Any]) -> dict[str, Any]:
+    """The dict ``--config`` gives: ``text`` evaluated in ``namespace`` (the notebook's, or
+    the function's module on the command line); ``{}`` without one. Raises CommandError
+    (one sentence) when it fails or gives something other than a dict."""
+    if not text:
+        return {}
+    try:
+        config = eval(text, namespace)  # noqa: S307 (the user's own expression)
+    except Exception as exc:
+        raise CommandError(f"--config {text!r} failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(config, dict):
+        raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
+    return config
+
+
 def spec_from_args(
     ns: argparse.Namespace,
     function_name: str,

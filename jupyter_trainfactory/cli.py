@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from . import api
-from .arguments import CommandError, HelpShown, build_parser, help_text, parse, spec_from_args
+from .arguments import (
+    CommandError,
+    HelpShown,
+    build_parser,
+    config_from_args,
+    help_text,
+    parse,
+    spec_from_args,
+)
 from .commands import (
     chaos_text,
     cluster_text,
@@ -81,16 +89,7 @@ def _help(ns) -> int:
 
 def _launch(ns) -> int:
     fn, source = load_function(ns.target)
-    config: Any = {}
-    if ns.config:
-        try:
-            config = eval(ns.config, vars(sys.modules[fn.__module__]))  # noqa: S307
-        except Exception as exc:
-            raise CommandError(
-                f"--config {ns.config!r} failed: {type(exc).__name__}: {exc}"
-            ) from None
-        if not isinstance(config, dict):
-            raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
+    config = config_from_args(ns.config, vars(sys.modules[fn.__module__]))
     spec = spec_from_args(ns, fn.__name__, config, source)
     model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
     job = api.get_manager(ns.address, ns.tracking_uri, ns.storage).submit(

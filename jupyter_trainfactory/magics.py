@@ -14,7 +14,15 @@ from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
 from . import api
-from .arguments import CommandError, HelpShown, build_parser, help_text, parse, spec_from_args
+from .arguments import (
+    CommandError,
+    HelpShown,
+    build_parser,
+    config_from_args,
+    help_text,
+    parse,
+    spec_from_args,
+)
 from .commands import (
     chaos_text,
     cluster_text,
@@ -270,16 +278,7 @@ class TrainMagics(Magics, Configurable):
         fn = self._function(ns.target, "training function")
         model_fn = self._function(ns.model_fn, "model_fn") if ns.model_fn else None
         inputs = self._inputs(ns.inputs)
-        config: Any = {}
-        if ns.config:
-            try:
-                config = eval(ns.config, user_ns)  # noqa: S307 (the user's own expression)
-            except Exception as exc:
-                raise CommandError(
-                    f"--config {ns.config!r} failed: {type(exc).__name__}: {exc}"
-                ) from None
-            if not isinstance(config, dict):
-                raise CommandError(f"--config must give a dict, got {type(config).__name__}.")
+        config = config_from_args(ns.config, user_ns)
         spec = spec_from_args(ns, ns.target, config, self._source(), self._defaults())
         manager = self._manager(ns)
         job = manager.submit(fn, spec, inputs=inputs, model_fn=model_fn)
