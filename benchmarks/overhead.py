@@ -6,8 +6,8 @@ machine state:
 
 - (a) no logging;
 - (b) ``trainfactory.log({"loss": ...}, step=i)`` and ``trainfactory.step(...)`` every step;
-- (c) ``ray.train.report({"loss": ...})`` every step (paced by the Ray Train controller,
-  ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``, 2 s by default; left at its default here).
+- (c) ``ray.train.report({"loss": ...})`` every step (paced by the Ray Train controller's poll,
+  every ``payload.REPORT_POLL_INTERVAL_S`` as trainfactory sets it; Ray's default is 2 s).
 
 Each segment runs for ``--segment`` seconds; rank 0 measures steps/s with
 ``time.perf_counter``. Prints per-mode medians with their min-max spread and the ratios

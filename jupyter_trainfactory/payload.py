@@ -21,6 +21,7 @@ __all__ = [
     "FUNCTION_FILE",
     "MODEL_FN_FILE",
     "PAYLOAD_ARTIFACTS",
+    "REPORT_POLL_INTERVAL_S",
     "fetch_payload",
     "function_source",
     "load_model_fn",
@@ -164,15 +165,29 @@ def ship_by_value(fn: Callable) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
+#: Ray Train's controller takes each ``ray.train.report`` on its next poll of the workers
+#: and a report blocks until the previous one was taken, so a report waits up to one
+#: interval (``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``, Ray's default 2.0 s:
+#: ray/train/v2/_internal/execution/controller/controller.py, ``_poll_workers``). A job
+#: gets this interval (seconds) unless its user sets one; its cost, the controller's CPU
+#: while polling, is measured by benchmarks/report_latency.py
+#: (benchmarks/results/report_latency_2cpu.txt).
+REPORT_POLL_INTERVAL_S = 0.1
+HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+
 def runtime_env(spec: JobSpec, payload: Path, ray_address: str | None = None) -> dict[str, Any]:
     """The job's Ray ``runtime_env``: this project's two packages and the payload as
     ``py_modules``, the ``RAY_TRAIN_*`` variables of this process and the spec's ``env``,
     and the spec's extras; ``ray_address`` (the embedded head's GCS address) is the job's
-    ``RAY_ADDRESS`` unless the spec sets one."""
+    ``RAY_ADDRESS`` unless the spec sets one. The Ray Train controller polls the workers
+    every :data:`REPORT_POLL_INTERVAL_S` unless this process or the spec sets
+    ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``."""
     import ray_backend
 
     env_vars = {k: v for k, v in os.environ.items() if k.startswith("RAY_TRAIN_")}
     env_vars.update(spec.env)
+    env_vars.setdefault(HEALTH_CHECK_ENV, str(REPORT_POLL_INTERVAL_S))
     env_vars.setdefault("PYTHONUNBUFFERED", "1")
     env_vars.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     if ray_address:  # not "auto": another head may run here

@@ -195,3 +195,16 @@ def test_the_driver_imports_the_spec_without_local_modules():
         "jupyter_trainfactory.spec_values",
         "jupyter_trainfactory.tracking",
     }
+
+
+def test_the_job_polls_reports_quickly_unless_its_user_sets_the_interval(tmp_path, monkeypatch):
+    from jupyter_trainfactory.payload import HEALTH_CHECK_ENV, REPORT_POLL_INTERVAL_S, runtime_env
+
+    monkeypatch.delenv(HEALTH_CHECK_ENV, raising=False)
+    env = runtime_env(JobSpec("train"), tmp_path)["env_vars"]
+    assert env[HEALTH_CHECK_ENV] == str(REPORT_POLL_INTERVAL_S)
+    assert float(env[HEALTH_CHECK_ENV]) < 2.0  # Ray's default paces a report up to 2 s
+    monkeypatch.setenv(HEALTH_CHECK_ENV, "1.5")  # the kernel's own setting is kept
+    assert runtime_env(JobSpec("train"), tmp_path)["env_vars"][HEALTH_CHECK_ENV] == "1.5"
+    spec = JobSpec("train", env={HEALTH_CHECK_ENV: "3"})  # and the job's, over both
+    assert runtime_env(spec, tmp_path)["env_vars"][HEALTH_CHECK_ENV] == "3"
