@@ -9,6 +9,7 @@ run records (:mod:`.submission`), logs (:mod:`.joblogs`), the handle (:mod:`.job
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -27,6 +28,7 @@ from .joblogs import JobLogs
 from .jobstate import (
     JOB_ID_PATTERN,
     RAY_TO_RUN,
+    SETTING_UP,
     TERMINAL_STATES,
     JobInfo,
     JobState,
@@ -366,7 +368,10 @@ class JobManager:
         if reconcile and run_status == "RUNNING" and gone:
             run = self._reconcile(run, ray_status, message)
             state = job_state(run.info.status, None, run.data.tags)
-        return job_info(run, state, self.tracking_uri)
+        info = job_info(run, state, self.tracking_uri)
+        if ray_status == "PENDING" and state == JobState.PENDING:
+            info = dataclasses.replace(info, reason=SETTING_UP)
+        return info
 
     def _reconcile(self, run, ray_status: str | None, message: str):
         """Close a run whose driver is gone with the status matching its Ray job."""

@@ -20,6 +20,7 @@ from .tracking import TAG
 __all__ = [
     "JOB_ID_PATTERN",
     "RAY_TO_RUN",
+    "SETTING_UP",
     "TERMINAL_STATES",
     "JobInfo",
     "JobState",
@@ -123,6 +124,12 @@ class JobInfo:
             "checkpoint": "-" if self.checkpoint_step is None else f"step {self.checkpoint_step}",
             "detail": self.error or self.reason or "",
         }
+
+
+#: The reason a PENDING job shows while Ray says its submission is PENDING: Ray is setting
+#: up its runtime env (packages, ``py_modules``) and starting its driver process; the
+#: driver then says whether it waits for resources (ray_backend/driver.py).
+SETTING_UP = "setting up the job's environment (Ray runtime env, driver start)"
 
 
 def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:

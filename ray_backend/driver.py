@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_trainer", "job_spec", "load_payload", "main"]
+__all__ = ["build_trainer", "job_spec", "load_payload", "main", "pending_reason"]
 
 
 class _Stopped(BaseException):
@@ -101,6 +101,20 @@ def _resources_text(spec) -> str:
     text = f"{n} worker{'s' if n != 1 else ''} x ({parts}), placement {spec.placement}"
     labels = selector_text(spec.label_selector)
     return text + (f", labels {labels}" if labels else "")
+
+
+def pending_reason(spec, free: dict[str, float]) -> str:
+    """What a job whose driver runs waits for before its workers start: ``starting the
+    workers: ...`` when the cluster's free resources (``free``, ``ray.available_resources()``)
+    cover all workers, else ``waiting for resources: ...; free now ...`` naming what is short
+    (summed over nodes: a worker that fits no single node still waits)."""
+    need = {k: v * spec.workers for k, v in _worker_resources(spec).items() if v > 0}
+    short = {k: v for k, v in need.items() if free.get(k, 0.0) + 1e-9 < v}
+    resources = _resources_text(spec)
+    if not short:
+        return f"starting the workers: {resources}"
+    have = ", ".join(f"{free.get(k, 0.0):g} of {v:g} {k}" for k, v in short.items())
+    return f"waiting for resources: {resources}; free now {have}"
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -441,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         f" at {mask_url(meta['tracking_uri'])}",
         flush=True,
     )
-    recorder.set_state.remote("PENDING", f"waiting for resources: {resources}")
+    recorder.set_state.remote("PENDING", pending_reason(spec, ray.available_resources()))
     return _train(ray, meta, fn, recorder)
 
 

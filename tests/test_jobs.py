@@ -10,6 +10,7 @@ import train_fns
 
 from jupyter_trainfactory import attach, launch, list_jobs
 from jupyter_trainfactory.jobs import JobNotFound
+from jupyter_trainfactory.jobstate import SETTING_UP
 from jupyter_trainfactory.tracking import TAG
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
@@ -81,9 +82,13 @@ def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
     # The cluster's 2 CPUs are busy: a third worker exists but must wait, it is no error.
     waiting = launch(train_fns.long_loop, workers=1, experiment="tests")
     jobs.append(waiting)
+    # Ray sets up the submission (its supervisor and driver start) first: that is said
+    assert waiting.info().reason == SETTING_UP
     info = _wait_for(lambda: (i := waiting.info()).reason.startswith("waiting") and i)
     assert info.state == "PENDING"
-    assert info.reason == "waiting for resources: 1 worker x (1 CPU), placement pack"
+    assert info.reason == (
+        "waiting for resources: 1 worker x (1 CPU), placement pack; free now 0 of 1 CPU"
+    )
     assert waiting.stop(now=True) == "STOPPED"
     assert job.stop(now=True) == "STOPPED"
     run = mlflow_client.get_run(job.run_id)

@@ -1,0 +1,158 @@
+"""How long a launch takes to its first training step, next to a plain Ray Train ``fit()``.
+
+The same small two-worker function (a DDP-prepared linear model, gloo on CPU) runs, in
+alternated rounds, on the same warm cluster (the embedded Ray head):
+
+- (a) ``trainfactory.launch(fn, workers=2)`` from this process, to the first step of rank 0;
+- (c) right after (a), a second launch of the same function with nothing changed;
+- (b) ``TorchTrainer(fn, scaling_config=ScalingConfig(num_workers=2)).fit()`` in a new
+  driver process connected to the same cluster (``RAY_ADDRESS`` and its token), from the
+  process's start to the first step of rank 0.
+
+Rank 0 prints the wall-clock time (``time.time()``) at which the function was entered and
+at which its first step ended; each figure is that time minus the moment this script
+called ``launch`` (a, c) or started the driver process (b). Prints the medians, their
+min-max spread, and on the last line a/b and c/b (goals: a/b <= 1.0, c/b <= 0.5).
+
+Usage: python benchmarks/launch_latency.py [--rounds 3]  (short mode: --rounds 1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import embedded_services, spread  # noqa: E402
+
+MARK = "FIRST_STEP "
+
+
+def first_step_fn(config):
+    """A few DDP steps; rank 0 prints when it was entered and when its first step ended."""
+    import json
+    import time
+
+    entered = time.time()
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    torch.set_num_threads(1)
+    model = ray.train.torch.prepare_model(torch.nn.Linear(32, 32))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 32)
+    for i in range(config["steps"]):
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if i == 0 and ray.train.get_context().get_world_rank() == 0:
+            print(MARK + json.dumps({"entered": entered, "first_step": time.time()}), flush=True)
+    ray.train.report({"loss": loss.item()})
+
+
+PLAIN_DRIVER = """
+import sys, cloudpickle, ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+fn = cloudpickle.loads(open(sys.argv[1], "rb").read())
+ray.init(log_to_driver=True)
+TorchTrainer(fn, train_loop_config={"steps": int(sys.argv[2])},
+             scaling_config=ScalingConfig(num_workers=2),
+             run_config=RunConfig(storage_path=sys.argv[3])).fit()
+"""
+
+
+def _marks(text: str, t0: float) -> dict[str, float]:
+    line = next((x for x in text.splitlines() if MARK in x), None)
+    if line is None:
+        raise SystemExit(f"no {MARK.strip()} line; output tail:\n{text[-3000:]}")
+    times = json.loads(line.split(MARK, 1)[1])
+    return {k: v - t0 for k, v in times.items()}
+
+
+def via_trainfactory(steps: int) -> dict[str, float]:
+    from jupyter_trainfactory import launch
+
+    t0 = time.time()
+    job = launch(first_step_fn, workers=2, config={"steps": steps}, experiment="benchmarks")
+    submitted = time.time() - t0
+    state = job.wait(timeout=900)
+    logs = job.logs()
+    if state != "SUCCEEDED":
+        raise SystemExit(f"job {job.id} ended {state}; log tail:\n{logs[-3000:]}")
+    return {"submitted": submitted, **_marks(logs, t0)}
+
+
+def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
+    import cloudpickle
+
+    fn_file = scratch / "fn.pkl"
+    fn_file.write_bytes(cloudpickle.dumps(first_step_fn))
+    env = {**os.environ, **services.client_env(), "RAY_ADDRESS": services.ray_address}
+    env.pop("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", None)
+    t0 = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_DRIVER, str(fn_file), str(steps), str(scratch / "storage")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"plain fit() failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return _marks(done.stdout + done.stderr, t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", help="also write the result here")
+    args = parser.parse_args(argv)
+
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    results: dict[str, list[dict[str, float]]] = {"a": [], "c": [], "b": []}
+    started = time.time()
+    with embedded_services() as services, tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.rounds):
+            results["a"].append(via_trainfactory(args.steps))
+            results["c"].append(via_trainfactory(args.steps))
+            results["b"].append(via_plain_ray(services, args.steps, Path(scratch)))
+
+    print(f"two workers, {os.cpu_count()} CPUs, {args.rounds} round(s) of a c b")
+    print(f"(ran {time.time() - started:.0f} s)")
+    names = {
+        "a": "(a) trainfactory.launch",
+        "c": "(c) the same launch again",
+        "b": "(b) plain TorchTrainer.fit()",
+    }
+    for key, label in names.items():
+        print(spread(f"{label}: first step", [r["first_step"] for r in results[key]], "s"))
+        print(spread("    function entered", [r["entered"] for r in results[key]], "s"))
+        if key != "b":
+            print(spread("    launch() returned", [r["submitted"] for r in results[key]], "s"))
+    med = {k: statistics.median(r["first_step"] for r in v) for k, v in results.items()}
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rounds": results, "median": med}, indent=2))
+    a_b, c_b = med["a"] / med["b"], med["c"] / med["b"]
+    print(
+        f"a/b = {a_b:.2f} (goal <= 1.0: {'met' if a_b <= 1.0 else 'NOT met'}),"
+        f" c/b = {c_b:.2f} (goal <= 0.5: {'met' if c_b <= 0.5 else 'NOT met'})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
