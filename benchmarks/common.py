@@ -4,9 +4,12 @@ line per measured figure (median, min-max spread, n)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
+import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,3 +39,46 @@ def spread(label: str, values: list[float], unit: str, digits: int = 2) -> str:
         f"{label:38s} median {med:.{digits}f} {unit}"
         f"  (min {min(values):.{digits}f}, max {max(values):.{digits}f}, n={len(values)})"
     )
+
+
+PLAIN_DRIVER = """
+import json, sys, cloudpickle, ray
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+fn = cloudpickle.loads(open(sys.argv[1], "rb").read())
+config, storage, max_failures = json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+ray.init(log_to_driver=True)
+TorchTrainer(fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+             run_config=RunConfig(storage_path=storage,
+                                  failure_config=FailureConfig(max_failures=max_failures))).fit()
+"""
+
+
+def plain_fit(
+    services, fn: Callable, config: dict, scratch: Path, max_failures: int = 0, env=None
+) -> tuple[float, str]:
+    """Run ``TorchTrainer(fn).fit()`` with two workers in a new driver process connected to
+    the embedded cluster (``services``); returns (the process's start time, ``time.time()``,
+    and its output). ``env``: variables for the driver and, through Ray, its workers.
+    Raises SystemExit with the output's tail when the driver fails."""
+    import json
+
+    import cloudpickle
+
+    fn_file = scratch / "fn.pkl"
+    fn_file.write_bytes(cloudpickle.dumps(fn))
+    full_env = {**os.environ, **services.client_env(), "RAY_ADDRESS": services.ray_address}
+    full_env.pop("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", None)  # Ray's default unless given
+    full_env.update(env or {})
+    argv = [str(fn_file), json.dumps(config), str(scratch / "storage"), str(max_failures)]
+    t0 = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_DRIVER, *argv],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"plain fit() failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return t0, done.stdout + done.stderr

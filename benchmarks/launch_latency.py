@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import embedded_services, spread  # noqa: E402
+from common import embedded_services, plain_fit, spread  # noqa: E402
 
 MARK = "FIRST_STEP "
 
@@ -60,18 +59,6 @@ def first_step_fn(config):
     ray.train.report({"loss": loss.item()})
 
 
-PLAIN_DRIVER = """
-import sys, cloudpickle, ray
-from ray.train import RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-fn = cloudpickle.loads(open(sys.argv[1], "rb").read())
-ray.init(log_to_driver=True)
-TorchTrainer(fn, train_loop_config={"steps": int(sys.argv[2])},
-             scaling_config=ScalingConfig(num_workers=2),
-             run_config=RunConfig(storage_path=sys.argv[3])).fit()
-"""
-
-
 def _marks(text: str, t0: float) -> dict[str, float]:
     line = next((x for x in text.splitlines() if MARK in x), None)
     if line is None:
@@ -94,23 +81,8 @@ def via_trainfactory(steps: int) -> dict[str, float]:
 
 
 def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
-    import cloudpickle
-
-    fn_file = scratch / "fn.pkl"
-    fn_file.write_bytes(cloudpickle.dumps(first_step_fn))
-    env = {**os.environ, **services.client_env(), "RAY_ADDRESS": services.ray_address}
-    env.pop("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", None)
-    t0 = time.time()
-    done = subprocess.run(
-        [sys.executable, "-c", PLAIN_DRIVER, str(fn_file), str(steps), str(scratch / "storage")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"plain fit() failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return _marks(done.stdout + done.stderr, t0)
+    t0, output = plain_fit(services, first_step_fn, {"steps": steps}, scratch)
+    return _marks(output, t0)
 
 
 def main(argv: list[str] | None = None) -> int:
