@@ -1,8 +1,14 @@
-"""The benchmarks still run: benchmarks/dashboard_memory.py in its short mode (no Ray, no MLflow)."""
+"""The benchmarks still run, each once in its short mode: it prints its ratio (its value
+is the full run's business, not a test's). dashboard_memory needs no services; the others
+run their jobs on the test session's cluster."""
 
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from jupyter_trainfactory.dashboard.model import DEFAULT_MAX_POINTS
 
@@ -28,3 +34,44 @@ def test_dashboard_memory_short_mode_prints_a_ratio_and_bounded_sources(capsys):
     for held in (*result["model"].values(), *result["sources"].values()):
         assert DEFAULT_MAX_POINTS <= held <= 2 * DEFAULT_MAX_POINTS
     assert any("bokeh source lengths" in line for line in lines)
+
+
+def _run(name: str, *args: str) -> list[str]:
+    """The benchmark's output lines, run as a script on the test session's cluster."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout.strip().splitlines()
+
+
+@pytest.mark.job
+@pytest.mark.timeout(600)
+def test_launch_latency_short_mode_prints_its_ratios(services):
+    lines = _run("launch_latency", "--rounds", "1", "--steps", "2")
+    match = re.match(r"a/b = (\d+\.\d+) .*, c/b = (\d+\.\d+) ", lines[-1])
+    assert match, lines[-1]
+    assert all(float(x) > 0 for x in match.groups())
+    assert sum("first step" in line for line in lines) == 3  # a, c and b each measured
+
+
+@pytest.mark.job
+@pytest.mark.timeout(400)
+def test_report_latency_short_mode_prints_its_ratio(services):
+    lines = _run("report_latency", "--rounds", "1", "--reports", "2", "--quiet", "1.5")
+    match = re.match(r"\(t\) report with checkpoint / raw save = (\d+\.\d+) \((\d+) ms", lines[-1])
+    assert match, lines[-1]
+    assert float(match.group(1)) > 0
+    assert any("controller CPU while polling" in line for line in lines)
+
+
+@pytest.mark.job
+@pytest.mark.timeout(500)
+def test_recovery_short_mode_prints_its_ratio(services):
+    lines = _run("recovery", "--rounds", "1")
+    match = re.match(r"t/p = (\d+\.\d+) ", lines[-1])
+    assert match, lines[-1]
+    assert float(match.group(1)) > 0
