@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -499,12 +500,15 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
             "visible": {k: os.environ[k] for k in _VISIBLE_ENVS if k in os.environ},
         },
     )
+    versions = None
     if rank == 0 and recorder is not None:
         recorder.set_state.remote("RUNNING", "")
-        from jupyter_trainfactory import lineage
-
-        # versions as the workers see them (the notebook's may differ)
-        recorder.set_environment.remote(lineage.environment(), lineage.pip_freeze())
+        # the versions as the workers see them (the notebook's may differ): read beside
+        # the loop, which does not wait for them (about 1 s on a 2-CPU node)
+        versions = threading.Thread(
+            target=_send_environment, args=(recorder,), name="trainfactory-versions", daemon=True
+        )
+        versions.start()
     undo = _patch_ray(telemetry)
     telemetry.start()
     try:
@@ -516,5 +520,17 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
         raise
     finally:
         undo()
+        if versions is not None:  # sent before the run can close
+            versions.join(timeout=60)
         telemetry.close()
         _current = None
+
+
+def _send_environment(recorder) -> None:
+    """Send the recorder this process's versions (``lineage.environment``, ``pip_freeze``)."""
+    from jupyter_trainfactory import lineage
+
+    try:
+        recorder.set_environment.remote(lineage.environment(), lineage.pip_freeze())
+    except Exception:  # the versions are a record, never a reason to fail a job
+        logging.getLogger("trainfactory").warning("could not read the versions", exc_info=True)
