@@ -28,12 +28,12 @@ from .joblogs import JobLogs
 from .jobstate import (
     JOB_ID_PATTERN,
     RAY_TO_RUN,
-    SETTING_UP,
     TERMINAL_STATES,
     JobInfo,
     JobState,
     job_info,
     job_state,
+    pending_reason,
 )
 from .payload import fetch_payload, load_model_fn, log_payload, runtime_env, write_payload
 from .rayjobs import RayClients
@@ -369,8 +369,8 @@ class JobManager:
             run = self._reconcile(run, ray_status, message)
             state = job_state(run.info.status, None, run.data.tags)
         info = job_info(run, state, self.tracking_uri)
-        if ray_status == "PENDING" and state == JobState.PENDING:
-            info = dataclasses.replace(info, reason=SETTING_UP)
+        if state == JobState.PENDING:
+            info = dataclasses.replace(info, reason=pending_reason(ray_status, info.reason))
         return info
 
     def _reconcile(self, run, ray_status: str | None, message: str):

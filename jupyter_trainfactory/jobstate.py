@@ -20,6 +20,7 @@ from .tracking import TAG
 __all__ = [
     "JOB_ID_PATTERN",
     "RAY_TO_RUN",
+    "DRIVER_STARTING",
     "SETTING_UP",
     "TERMINAL_STATES",
     "JobInfo",
@@ -27,6 +28,7 @@ __all__ = [
     "cost_text",
     "job_info",
     "job_state",
+    "pending_reason",
 ]
 
 JOB_ID_PATTERN = re.compile(r"^tf-[0-9a-f]{8}$")
@@ -127,9 +129,22 @@ class JobInfo:
 
 
 #: The reason a PENDING job shows while Ray says its submission is PENDING: Ray is setting
-#: up its runtime env (packages, ``py_modules``) and starting its driver process; the
-#: driver then says whether it waits for resources (ray_backend/driver.py).
+#: up its runtime env (packages, ``py_modules``) and starting its driver process.
 SETTING_UP = "setting up the job's environment (Ray runtime env, driver start)"
+#: ... and once Ray runs the driver, until the driver's recorder says what it waits for
+#: (ray_backend/driver.py ``pending_reason``: the workers' start or free resources).
+DRIVER_STARTING = "starting the job's driver (Ray client, the run's recorder)"
+
+
+def pending_reason(ray_status: str | None, reason: str) -> str:
+    """What a PENDING job waits for, from Ray's status of its submission (None: not asked)
+    and the run's reason tag: :data:`SETTING_UP`, :data:`DRIVER_STARTING` while the tag
+    still holds what the submission wrote (``submitted``, ``resumed (n)``), else the tag."""
+    if ray_status == "PENDING":
+        return SETTING_UP
+    if ray_status == "RUNNING" and (reason == "submitted" or reason.startswith("resumed (")):
+        return DRIVER_STARTING
+    return reason
 
 
 def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:

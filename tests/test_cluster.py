@@ -459,3 +459,14 @@ def test_a_pending_driver_says_whether_it_waits_for_resources_or_starts_the_work
     assert pending_reason(spec, {}) == (
         f"waiting for resources: {shape}; free now 0 of 4 CPU, 0 of 2 GPU"
     )
+
+
+def test_a_pending_job_says_what_it_waits_for_at_each_stage_of_its_start():
+    from jupyter_trainfactory.jobstate import DRIVER_STARTING, SETTING_UP, pending_reason
+
+    assert pending_reason("PENDING", "submitted") == SETTING_UP  # Ray prepares the env
+    assert pending_reason("RUNNING", "submitted") == DRIVER_STARTING  # the driver starts
+    assert pending_reason("RUNNING", "resumed (2)") == DRIVER_STARTING
+    waiting = "waiting for resources: 1 worker x (1 CPU), placement pack; free now 0 of 1 CPU"
+    assert pending_reason("RUNNING", waiting) == waiting  # the driver's own word
+    assert pending_reason(None, "submitted") == "submitted"  # Ray not asked: the tag
