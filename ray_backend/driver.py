@@ -352,7 +352,7 @@ def _wait_for_fit(
 
 def _start_recorder(ray, meta: dict[str, Any], spec):
     """The job's RunRecorder actor, on the driver's node (a worker node that dies must not
-    take the record along), once it answers."""
+    take the record along); its process starts meanwhile (``ping`` waits for it)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from ray_backend.protocol import RECORDER_NAMESPACE, recorder_name
@@ -383,7 +383,6 @@ def _start_recorder(ray, meta: dict[str, Any], spec):
             target_steps=spec.target_steps,
         )
     )
-    ray.get(recorder.ping.remote())
     return recorder
 
 
@@ -397,7 +396,9 @@ def _train(ray, meta: dict[str, Any], fn: Any, recorder) -> int:
     started = time.time()
     box: dict[str, Any] = {}
     done = threading.Event()
+    # Ray Train and torch import (5 s on a 2-CPU node) while the recorder's process starts
     trainer = build_trainer(meta, fn, recorder)
+    ray.get(recorder.ping.remote())
     threading.Thread(target=_run_fit, args=(trainer, box, done), daemon=True).start()
     try:
         _wait_for_fit(recorder, done, samplers)
