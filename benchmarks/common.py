@@ -65,10 +65,12 @@ def plain_fit(
 
     import cloudpickle
 
+    from jupyter_trainfactory.payload import HEALTH_CHECK_ENV
+
     fn_file = scratch / "fn.pkl"
     fn_file.write_bytes(cloudpickle.dumps(fn))
     full_env = {**os.environ, **services.client_env(), "RAY_ADDRESS": services.ray_address}
-    full_env.pop("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", None)  # Ray's default unless given
+    full_env.pop(HEALTH_CHECK_ENV, None)  # Ray's default unless given
     full_env.update(env or {})
     argv = [str(fn_file), json.dumps(config), str(scratch / "storage"), str(max_failures)]
     t0 = time.time()

@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import embedded_services, spread  # noqa: E402
 
 RAY_DEFAULT = "2.0"
-ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
 
 
 def report_loop(config):
@@ -138,9 +137,10 @@ def run_job(args, interval: str | None) -> dict:
     import os
 
     from jupyter_trainfactory import launch
+    from jupyter_trainfactory.payload import HEALTH_CHECK_ENV
 
-    os.environ.pop(ENV, None)  # this process's own setting would be the job's
-    env = {ENV: interval} if interval else None
+    os.environ.pop(HEALTH_CHECK_ENV, None)  # this process's own setting would be the job's
+    env = {HEALTH_CHECK_ENV: interval} if interval else None
     cpu = ControllerCpu(time.time())
     config = {"reports": args.reports, "quiet": args.quiet}
     job = launch(report_loop, workers=2, config=config, experiment="benchmarks", env=env)

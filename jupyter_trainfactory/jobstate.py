@@ -21,7 +21,9 @@ __all__ = [
     "JOB_ID_PATTERN",
     "RAY_TO_RUN",
     "DRIVER_STARTING",
+    "RESUMED",
     "SETTING_UP",
+    "SUBMITTED",
     "TERMINAL_STATES",
     "JobInfo",
     "JobState",
@@ -132,8 +134,11 @@ class JobInfo:
 #: up its runtime env (packages, ``py_modules``) and starting its driver process.
 SETTING_UP = "setting up the job's environment (Ray runtime env, driver start)"
 #: ... and once Ray runs the driver, until the driver's recorder says what it waits for
-#: (ray_backend/driver.py ``pending_reason``: the workers' start or free resources).
+#: (ray_backend/driver.py ``workers_reason``: the workers' start or free resources).
 DRIVER_STARTING = "starting the job's driver (Ray client, the run's recorder)"
+#: The reason tag a submission writes (``submission.py``): a new job's, a resume's prefix.
+SUBMITTED = "submitted"
+RESUMED = "resumed ("
 
 
 def pending_reason(ray_status: str | None, reason: str) -> str:
@@ -142,7 +147,7 @@ def pending_reason(ray_status: str | None, reason: str) -> str:
     still holds what the submission wrote (``submitted``, ``resumed (n)``), else the tag."""
     if ray_status == "PENDING":
         return SETTING_UP
-    if ray_status == "RUNNING" and (reason == "submitted" or reason.startswith("resumed (")):
+    if ray_status == "RUNNING" and (reason == SUBMITTED or reason.startswith(RESUMED)):
         return DRIVER_STARTING
     return reason
 

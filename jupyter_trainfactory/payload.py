@@ -21,6 +21,7 @@ __all__ = [
     "FUNCTION_FILE",
     "MODEL_FN_FILE",
     "PAYLOAD_ARTIFACTS",
+    "HEALTH_CHECK_ENV",
     "REPORT_POLL_INTERVAL_S",
     "fetch_payload",
     "function_source",

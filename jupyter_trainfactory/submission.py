@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from . import tracking
-from .jobstate import RAY_TO_RUN, JobState
+from .jobstate import RAY_TO_RUN, RESUMED, SUBMITTED, JobState
 from .spec import JobSpec, SpecError
 from .tracking import TAG
 
@@ -84,7 +84,7 @@ def opening_tags(
         TAG.SOURCE: spec.source,
         TAG.FUNCTION: spec.function_name,
         TAG.STATE: JobState.PENDING.value,
-        TAG.REASON: "submitted",
+        TAG.REASON: SUBMITTED,
         TAG.WORKERS: str(spec.workers),
         "mlflow.user": spec.owner,
         "mlflow.source.name": spec.source or spec.function_name,
@@ -118,7 +118,7 @@ def reopen_tags(
     reopen = {
         TAG.SUBMISSION: submission_id,
         TAG.STATE: JobState.PENDING.value,
-        TAG.REASON: f"resumed ({count})",
+        TAG.REASON: f"{RESUMED}{count})",
         TAG.RESUMES: str(count),
         TAG.RESUME_SPEC: json.dumps({"submission": submission_id, "time": now, **changes}),
         TAG.STARTED: f"{now:.3f}",  # goodput counts this submission's time

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_trainer", "job_spec", "load_payload", "main", "pending_reason"]
+__all__ = ["build_trainer", "job_spec", "load_payload", "main", "workers_reason"]
 
 
 class _Stopped(BaseException):
@@ -103,7 +103,7 @@ def _resources_text(spec) -> str:
     return text + (f", labels {labels}" if labels else "")
 
 
-def pending_reason(spec, free: dict[str, float]) -> str:
+def workers_reason(spec, free: dict[str, float]) -> str:
     """What a job whose driver runs waits for before its workers start: ``starting the
     workers: ...`` when the cluster's free resources (``free``, ``ray.available_resources()``)
     cover all workers, else ``waiting for resources: ...; free now ...`` naming what is short
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         f" at {mask_url(meta['tracking_uri'])}",
         flush=True,
     )
-    recorder.set_state.remote("PENDING", pending_reason(spec, ray.available_resources()))
+    recorder.set_state.remote("PENDING", workers_reason(spec, ray.available_resources()))
     return _train(ray, meta, fn, recorder)
 
 

@@ -448,15 +448,15 @@ def test_an_address_where_nothing_answers_is_one_sentence(tmp_path):
 
 
 def test_a_pending_driver_says_whether_it_waits_for_resources_or_starts_the_workers():
-    from ray_backend.driver import pending_reason
+    from ray_backend.driver import workers_reason
 
     spec = JobSpec("train", workers=2, cpus_per_worker=2, gpus_per_worker=1)
     shape = "2 workers x (2 CPU, 1 GPU), placement pack"
-    assert pending_reason(spec, {"CPU": 8.0, "GPU": 2.0}) == f"starting the workers: {shape}"
-    assert pending_reason(spec, {"CPU": 8.0, "GPU": 1.0}) == (
+    assert workers_reason(spec, {"CPU": 8.0, "GPU": 2.0}) == f"starting the workers: {shape}"
+    assert workers_reason(spec, {"CPU": 8.0, "GPU": 1.0}) == (
         f"waiting for resources: {shape}; free now 1 of 2 GPU"
     )
-    assert pending_reason(spec, {}) == (
+    assert workers_reason(spec, {}) == (
         f"waiting for resources: {shape}; free now 0 of 4 CPU, 0 of 2 GPU"
     )
 
