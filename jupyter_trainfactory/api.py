@@ -10,7 +10,7 @@ from typing import Any
 from .jobs import Job, JobInfo, JobManager
 from .spec import JobSpec
 
-__all__ = ["attach", "get_manager", "launch", "list_jobs"]
+__all__ = ["attach", "get_manager", "launch", "list_jobs", "reliability"]
 
 _managers: dict[tuple, JobManager] = {}
 
@@ -127,3 +127,31 @@ def list_jobs(
 ) -> list[JobInfo]:
     """Jobs newest first: yours, or everyone's with ``all_users=True``."""
     return get_manager(address, tracking_uri).list(all_users=all_users)
+
+
+def reliability(
+    since: str | float | None = "30d",
+    until: str | float | None = None,
+    experiment: str | None = None,
+    by: str | None = None,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+):
+    """The fleet's reliability report over everyone's jobs started in ``[since, until)``
+    (dates, ``30d`` / ``12h`` ago, or s since the epoch): a
+    :class:`~.reliability.report.ReliabilityReport` (``.text()``, ``.to_csv(path)``,
+    ``.to_html(path)``, ``.figure()``); ``by``: ``cluster``, ``node``, ``owner``,
+    ``project`` or ``accelerator``. Raises SpecError for a bad date or ``by``."""
+    from .chargeback import parse_since
+    from .reliability.report import reliability_report
+
+    def when(value, option):
+        return value if isinstance(value, (int, float)) else parse_since(value, option)
+
+    return reliability_report(
+        get_manager(address, tracking_uri),
+        since=when(since, "--since"),
+        until=when(until, "--until"),
+        experiment=experiment,
+        by=by,
+    )

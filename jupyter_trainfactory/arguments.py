@@ -14,6 +14,7 @@ import shlex
 from typing import Any
 
 from .chargeback import GROUPS, SORT_KEYS
+from .reliability.report import GROUPS as RELIABILITY_GROUPS
 from .spec import JobSpec, cli_default, launch_options
 
 __all__ = [
@@ -170,6 +171,17 @@ def _add_reports(sub) -> None:
     costs.add_argument("--csv", metavar="PATH", help="also write the rows to a CSV file")
     _add_target(costs)
 
+    rel = sub.add_parser(
+        "reliability", help="failure rate, MTBF, MTTR and ETTR over everyone's jobs"
+    )
+    rel.add_argument("--since", metavar="DATE", default="30d", help="jobs started since (30d)")
+    rel.add_argument("--until", metavar="DATE", help="jobs started before (default: now)")
+    rel.add_argument("--experiment", help="only this experiment's jobs")
+    rel.add_argument("--by", choices=RELIABILITY_GROUPS, help="one row per value")
+    rel.add_argument("--csv", metavar="PATH", help="also write one row per job to a CSV file")
+    rel.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")
+    _add_target(rel)
+
     gc = sub.add_parser("gc", help="delete checkpoints of finished jobs beyond --keep")
     gc.add_argument("--experiment", help="only this experiment's jobs")
     gc.add_argument("--keep", type=int, default=1, metavar="N", help="newest kept per job (1)")
@@ -253,7 +265,7 @@ def parse(
     if ns is None or ns.command is None:
         raise CommandError(
             "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
-            " register, costs, gc or services."
+            " register, costs, reliability, gc or services."
         )
     if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")

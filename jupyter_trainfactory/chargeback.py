@@ -66,8 +66,9 @@ class CostRow:
     example_prices: bool
 
 
-def parse_since(text: str | None) -> float | None:
-    """``--since``: an ISO date or date-time (local time), or ``Nd`` / ``Nh`` ago.
+def parse_since(text: str | None, option: str = "--since") -> float | None:
+    """``--since`` (or ``option``, e.g. ``--until``): an ISO date or date-time (local
+    time), or ``Nd`` / ``Nh`` ago, as s since the epoch; None for no text.
 
     Raises SpecError (one sentence) for anything else."""
     if not text:
@@ -79,7 +80,7 @@ def parse_since(text: str | None) -> float | None:
         return dt.datetime.fromisoformat(text).timestamp()
     except ValueError:
         raise SpecError(
-            f"--since takes a date (2026-11-01), a date-time or 7d / 12h, got {text!r}."
+            f"{option} takes a date (2026-11-01), a date-time or 7d / 12h, got {text!r}."
         ) from None
 
 

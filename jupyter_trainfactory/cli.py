@@ -29,6 +29,7 @@ from .commands import (
     is_service_error,
     register_from_args,
     register_text,
+    reliability_text,
     services_text,
     split_inputs,
     stop_text,
@@ -163,6 +164,11 @@ def _costs(ns) -> int:
     return 0
 
 
+def _reliability(ns) -> int:
+    print(reliability_text(api.get_manager(**_target(ns)), ns)[0])
+    return 0
+
+
 def _gc(ns) -> int:
     from .models import collect_garbage
 
@@ -194,6 +200,7 @@ _COMMANDS = {
     "stop": _stop,
     "register": _register,
     "costs": _costs,
+    "reliability": _reliability,
     "gc": _gc,
     "services": _services,
     "cluster": _cluster,

@@ -20,6 +20,7 @@ __all__ = [
     "chaos_text",
     "cluster_text",
     "costs_text",
+    "reliability_text",
     "default_job",
     "gc_text",
     "register_from_args",
@@ -142,6 +143,29 @@ def costs_text(manager, ns) -> str:
         path = chargeback.write_csv(rows, ns.csv)
         text += f"\n{len(rows)} row{'s' if len(rows) != 1 else ''} written to {path}"
     return text
+
+
+def reliability_text(manager, ns, now: float | None = None) -> tuple[str, object]:
+    """Run ``reliability``: the report's text (and the files ``--csv`` / ``--html`` name)
+    and the report itself."""
+    from .chargeback import parse_since
+    from .reliability.report import reliability_report
+    from .reliability.views import report_text, write_csv, write_html
+
+    report = reliability_report(
+        manager,
+        since=parse_since(ns.since),
+        until=parse_since(ns.until, "--until"),
+        experiment=ns.experiment,
+        by=ns.by,
+        now=now,
+    )
+    text = report_text(report)
+    if ns.csv:
+        text += f"\n{len(report.jobs)} job rows written to {write_csv(report, ns.csv)}"
+    if ns.html:
+        text += f"\nHTML report written to {write_html(report, ns.html)}"
+    return text, report
 
 
 def _steps(steps: list[int]) -> str:

@@ -35,6 +35,7 @@ from .commands import (
     is_service_error,
     register_from_args,
     register_text,
+    reliability_text,
     services_text,
     split_inputs,
     still_running_text,
@@ -357,6 +358,18 @@ class TrainMagics(Magics, Configurable):
 
     def _cmd_costs(self, ns) -> None:
         print(costs_text(self._manager(ns), ns))
+
+    def _cmd_reliability(self, ns):
+        text, report = reliability_text(self._manager(ns), ns)
+        print(text)
+        if report.jobs:
+            from IPython.display import display
+
+            from .dashboard.plots import _plot_class
+            from .reliability.views import figure
+
+            display(_plot_class()(figure(report)))
+        return report
 
     def _cmd_gc(self, ns) -> None:
         from .models import collect_garbage

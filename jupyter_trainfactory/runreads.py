@@ -112,10 +112,11 @@ def search_job_runs(
     max_results: int = 200,
     experiment_ids: list[str] | None = None,
     since: float | None = None,
+    until: float | None = None,
 ) -> list:
     """Runs of trainfactory jobs, newest first; only ``owner``'s when given, only in
-    ``experiment_ids`` when given, only those started at or after ``since`` (s since the
-    epoch) when given. ``max_results`` above 1,000 pages through MLflow's results."""
+    ``experiment_ids`` when given, only those started at or after ``since`` and before
+    ``until`` (s since the epoch) when given. ``max_results`` above 1,000 pages through MLflow's results."""
     ids = experiment_ids or _all_experiment_ids(mlflow_client)
     if not ids:
         return []
@@ -124,6 +125,8 @@ def search_job_runs(
         filt += f" AND tags.`{TAG.OWNER}` = '{owner.replace(chr(39), '')}'"
     if since is not None:
         filt += f" AND attributes.start_time >= {int(since * 1000)}"
+    if until is not None:
+        filt += f" AND attributes.start_time < {int(until * 1000)}"
     runs: list = []
     token = None
     while len(runs) < max_results:

@@ -92,7 +92,8 @@ class TAG:
     CKPT_TIME = "trainfactory.checkpoint.time"
     STARTED = "trainfactory.started"
     WORKERS = "trainfactory.workers"
-    FAILURES = "trainfactory.faults.records"  # JSON: this submission's FailureRecords
+    FAILURES = "trainfactory.faults.records"  # JSON: the latest FailureRecords, with kinds
+    FAULT_COUNTS = "trainfactory.faults.counts"  # JSON: failures per kind and node, all
     FAILURE = "trainfactory.failure"  # JSON: the last failure's rank, node, type, traceback
     RANK = "trainfactory.rank."  # + rank -> JSON: pid, node_id, node_ip of its worker
     STALL = "trainfactory.stall"  # "" or what stalled since when

@@ -109,10 +109,12 @@ class Attempts:
         detail: dict[str, str] | None,
         now: float,
         cause: str | None = None,
+        by: str | None = None,
     ) -> Update:
         """Rank ``rank`` failed with ``error`` (its last line), detected at ``now``;
         ``kind``: ``failure`` or ``preemption``; ``detail``: type, message, traceback;
-        ``cause``: why, when this job caused it (a stall restart, a chaos request).
+        ``cause``: why, when this job caused it (a stall restart, a chaos request), and
+        ``by``: which (``reliability.kinds.BY_*``), for the failure's kind.
 
         The failure's time is the job's last sign of life: the failing rank's last
         telemetry (sent at least every 2 s) or a later step of another rank.
@@ -124,7 +126,7 @@ class Attempts:
         attempt = self.current()
         if attempt is not None and attempt["failed_at"] is None:
             if cause:
-                detail = {**(detail or {}), "cause": cause}
+                detail = {**(detail or {}), "cause": cause, **({"by": by} if by else {})}
             seen = [self._rank_seen.get(rank, attempt["start"]), attempt["start"]]
             seen += [s.end for s in self._progress[-1:]]
             failed = min(now, max(seen))
@@ -149,10 +151,15 @@ class Attempts:
             }
             if rank in self._errors:  # the worker's own traceback came first
                 failure.update(self._errors[rank])
-            self._failure = failure
+            self._failure = attempt["failure"] = failure
             update.tags[TAG.FAILURE] = json.dumps(failure)[:5000]
         self.ranks.clear()  # their processes are gone; the restarted ones report anew
         return update
+
+    def failure_causes(self) -> list[dict[str, Any]]:
+        """The root cause of each failed attempt, in order (one per failure of
+        ``telemetry.goodput.account``): rank, node, type, message, kind, by."""
+        return [a.get("failure") or {} for a in self.attempts if a["failed_at"] is not None]
 
     # -- ranks ------------------------------------------------------------------------
     def seen(self, rank: int, now: float, checks: int | None) -> None:

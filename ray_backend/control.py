@@ -14,6 +14,7 @@ import json
 import time
 from typing import Any
 
+from jupyter_trainfactory.reliability.kinds import BY_CHAOS_NODE, BY_CHAOS_WORKER
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.decisions import Decision
 from ray_backend.protocol import StopPoint, StopReply
@@ -161,6 +162,7 @@ class ChaosControl:
     def __init__(self) -> None:
         self.done: set[str] = set()  # request ids carried out (or from before this job)
         self._killed: dict[int, str] = {}  # pid -> the request that killed it
+        self._node_requests: set[str] = set()  # ids of requests for a whole node
 
     def seen_before(self, tag: str | None) -> None:
         """The run's ``trainfactory.chaos`` tag at the start: a request of an earlier
@@ -180,6 +182,8 @@ class ChaosControl:
         if not request.get("id") or request["id"] in self.done:
             return None
         self.done.add(request["id"])
+        if "node" in request:
+            self._node_requests.add(request["id"])
         return request
 
     @staticmethod
@@ -202,6 +206,14 @@ class ChaosControl:
         """``killed by chaos request ID`` for a process a request killed, else None."""
         request = self._killed.get(pid) if pid is not None else None
         return None if request is None else f"killed by chaos request {request}"
+
+    def kind(self, pid: int | None) -> str | None:
+        """``chaos-node`` or ``chaos`` (``reliability.kinds.BY_*``) for a process a node
+        or a rank request killed, else None."""
+        request = self._killed.get(pid) if pid is not None else None
+        if request is None:
+            return None
+        return BY_CHAOS_NODE if request in self._node_requests else BY_CHAOS_WORKER
 
 
 def decisions_from_tags(

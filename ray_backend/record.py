@@ -9,11 +9,12 @@ lock and carries out the decisions.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from typing import Any
 
+from jupyter_trainfactory.reliability.kinds import BY_STALL
+from jupyter_trainfactory.reliability.records import failure_tags
 from jupyter_trainfactory.telemetry.goodput import TIMELINE_TAG
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.attempts import Attempts
@@ -58,6 +59,7 @@ class JobRecord:
         self.closed = False  # the job ended: nothing is projected any more
         self._target_steps = target_steps
         self._before: dict[str, float] = {}  # goodput of earlier submissions (a resume)
+        self._failures_before: tuple[list, dict] = ([], {})  # their failure records, counts
         self._pip_freeze = ""
         delivery.tags.update(stall.tags())
 
@@ -65,6 +67,7 @@ class JobRecord:
         """Go on from what earlier submissions wrote (``resumes``: how many there were)."""
         self.delivery.continue_steps(prev.last_steps)
         self._before = prev.before
+        self._failures_before = (prev.failure_records, prev.failure_counts)
         if self.cost is not None:
             self.cost.add_before(prev.cost)
         kwh = prev.before.get("energy/gpu_kwh", 0.0)
@@ -211,8 +214,10 @@ class JobRecord:
     ) -> None:
         """Rank ``rank`` failed (see ``RunRecorder.worker_failure``)."""
         pid = self.attempts.ranks.get(rank, {}).get("pid")
-        cause = self.chaos_control.cause(pid) or self.stall.cause()  # we killed it
-        self.apply(self.attempts.fail(rank, error, kind, detail, now, cause))
+        cause, by = self.chaos_control.cause(pid), self.chaos_control.kind(pid)
+        if cause is None and self.stall.cause() is not None:  # we restarted it
+            cause, by = self.stall.cause(), BY_STALL
+        self.apply(self.attempts.fail(rank, error, kind, detail, now, cause, by))
 
     def progressed(self, now: float) -> None:
         """A step or report arrived at ``now`` (for the stall watch)."""
@@ -241,9 +246,14 @@ class JobRecord:
             values.update(metrics)
             update.tags.update(tags)
             update.decisions += [decision] if decision else []
-        if acc.failures:  # per failure: time, kind, steps reached/restored/lost, MTTR
-            records = [dataclasses.asdict(f) for f in acc.failures[-20:]]
-            update.tags[TAG.FAILURES] = json.dumps(records)[:5000]
+        if acc.failures:  # per failure: time, kind, rank, node, steps reached/lost, MTTR
+            update.tags.update(
+                failure_tags(
+                    acc.failures,
+                    self.attempts.failure_causes(),
+                    *self._failures_before,
+                )
+            )
         values.pop("faults/count", None)  # written when a failure happens
         ts, tick = int(now * 1000), self.derived.ticks
         update.series += [(key, value, ts, tick) for key, value in values.items()]

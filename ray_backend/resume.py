@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from jupyter_trainfactory.reliability.records import read_counts, read_records
 from jupyter_trainfactory.telemetry.keys import NOT_STEPPED as _NOT_STEPPED
 from jupyter_trainfactory.tracking import TAG
 
@@ -24,7 +25,8 @@ class Previous:
     step; ``faults``, ``restarts``: failures and restarts so far; ``samples``: the last
     ``train/samples``; ``report_step``: the last report's step; ``checkpoint_step``: the
     last reported checkpoint's; ``train_offset``, ``train_before``: the last ``train/*``
-    step and the ``train/samples`` and ``train/tokens`` totals; ``saves``: checkpoint saves.
+    step and the ``train/samples`` and ``train/tokens`` totals; ``saves``: checkpoint saves;
+    ``failure_records``, ``failure_counts``: the failure log (``reliability.records``).
     """
 
     last_steps: dict[str, int] = field(default_factory=dict)
@@ -39,6 +41,8 @@ class Previous:
     train_offset: int = 0
     train_before: dict[str, float] = field(default_factory=dict)
     saves: int = 0
+    failure_records: list[dict[str, Any]] = field(default_factory=list)
+    failure_counts: dict[str, Any] = field(default_factory=dict)
 
     @property
     def reports(self) -> int:
@@ -71,6 +75,8 @@ def read_previous(run: Any) -> Previous:
         train_offset=max([int(m.step) for k, m in latest.items() if k.startswith("train/")] + [0]),
         train_before={k: latest[k].value for k in ("train/samples", "train/tokens") if k in latest},
         saves=int(latest["checkpoint/save_s"].step) if "checkpoint/save_s" in latest else 0,
+        failure_records=read_records(tags),
+        failure_counts=read_counts(tags),
     )
 
 

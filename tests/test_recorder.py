@@ -382,7 +382,8 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     first.worker_failure(1, "boom")
     first.finish("KILLED", "STOPPED", reason="user")
     records = json.loads(client.get_run(run_id).data.tags[TAG.FAILURES])
-    assert [r["kind"] for r in records] == ["failure"] and "steps_lost" in records[0]
+    # no exception type: an error of the training code, not of the cluster
+    assert [r["kind"] for r in records] == ["user_error"] and "steps_lost" in records[0]
     before = client.get_run(run_id).data.metrics
     second = RunRecorder(uri, run_id, flush_interval_s=3600, resume=1)
     second.set_state("RUNNING")
@@ -390,13 +391,24 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     points = [("loss", 9.0, s, time.time()) for s in (4, 5, 6)]
     second.worker_batch(0, {"counters": _counters(3, time.time()), "points": points})
     assert second.report([{"step": 5}], None) is None  # the report count continues too
+    second.worker_batch(1, {"worker": {"pid": 7, "node_id": "cd" * 28, "node_ip": "10.0.0.9"}})
+    died = {"type": "ActorDiedError", "message": "ActorDiedError: the actor died", "traceback": ""}
+    second.worker_failure(1, died["message"], detail=died)
     second.derive(time.time() + 1)
     second.finish("FINISHED", "SUCCEEDED")
     run = client.get_run(run_id)
     loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
     assert loss == [(5, 1.0), (6, 9.0)]
     m = run.data.metrics
-    assert m["faults/count"] == 1  # not reset by the resume
+    assert m["faults/count"] == 2  # not reset by the resume
+    # the failure log goes on over the resume: both failures, each with its kind and node
+    records = json.loads(run.data.tags[TAG.FAILURES])
+    assert [(r["kind"], r["node"]) for r in records] == [("user_error", ""), ("worker_crash", "10-0-0-9")]
+    counts = json.loads(run.data.tags[TAG.FAULT_COUNTS])
+    assert counts == {
+        "kinds": {"user_error": 1, "worker_crash": 1},
+        "nodes": {"10-0-0-9": {"worker_crash": 1}},
+    }
     assert m["goodput/wall_s"] > before["goodput/wall_s"]
     assert m["goodput/goodput_s"] >= before["goodput/goodput_s"]
     assert run.data.tags[TAG.RESUMES] == "1"

@@ -281,6 +281,7 @@ class Cost:
     by_category: dict[str, float]
     rate_per_h: float
     warnings: list[str] = field(default_factory=list)
+    vcpu_hours: float = 0.0
 
     @property
     def total(self) -> float:
@@ -298,11 +299,13 @@ class Cost:
     def metrics(self) -> dict[str, float]:
         """MLflow metrics: ``cost/usd`` (the total, in the catalog's currency despite the
         name, which is the field's usual one; the tag ``trainfactory.cost.currency`` says
-        which), ``cost/accelerator_hours``, ``cost/wasted_usd``, ``cost/storage_usd``,
+        which), ``cost/accelerator_hours``, ``cost/vcpu_hours`` (host vCPUs of CPU
+        workers, held; an accelerator job's host is in its accelerator's price), ``cost/wasted_usd``, ``cost/storage_usd``,
         ``cost/rate_per_h`` and ``cost/<category>_usd`` for each category with a cost."""
         out = {
             "cost/usd": self.total,
             "cost/accelerator_hours": self.accelerator_hours,
+            "cost/vcpu_hours": self.vcpu_hours,
             "cost/wasted_usd": self.wasted,
             "cost/storage_usd": self.storage,
             "cost/rate_per_h": self.rate_per_h,
@@ -347,7 +350,7 @@ def meter(
         cover every held second; held time outside every segment is put under ``other``.
     """
     compute = 0.0
-    gpu_hours = 0.0
+    gpu_hours = vcpu_hours = 0.0
     by_category: dict[str, float] = {}
     warnings: list[str] = []
     rate_now = 0.0
@@ -361,6 +364,7 @@ def meter(
         held = end - alloc.start
         compute += rate * held / 3600.0
         gpu_hours += alloc.accelerators * held / 3600.0
+        vcpu_hours += alloc.vcpus * held / 3600.0
         if alloc.end is None or alloc.end >= until:
             rate_now += rate
         placed = 0.0
@@ -391,6 +395,7 @@ def meter(
         by_category=by_category,
         rate_per_h=rate_now,
         warnings=warnings,
+        vcpu_hours=vcpu_hours,
     )
 
 

@@ -1,0 +1,99 @@
+"""The kinds of failure the reliability report counts, and how a recorded failure gets one.
+
+A failure is one end of an attempt of a job's workers (``ray_backend.attempts``). Its
+kind is decided once, by the job's recorder when it writes the run's
+``trainfactory.faults.records`` tag, so every door that reads the run (the notebook, the
+command line, the side panel) counts it the same way:
+
+- ``worker_crash``: a worker process died or Ray lost it (``RayActorError``,
+  ``ActorDiedError``, ``WorkerCrashedError``, Ray's ``OutOfMemoryError``, a lost object),
+  and a worker killed by ``%train chaos --kill-worker``;
+- ``node_loss``: the node under a worker died or was removed (``NodeDiedError``, or an
+  actor error that says its node died), and ``%train chaos --kill-node``;
+- ``preemption``: Ray marked the dead worker's actor as preempted
+  (``RayActorError.preempted``: spot capacity taken back);
+- ``stall``: the job's stall watch restarted workers that made no progress, or Ray
+  Train's health check timed out on a worker that stopped answering;
+- ``user_error``: an exception raised by the training code itself (any other type: a
+  ``ValueError`` in the loop, a CUDA error in the model, an assertion);
+- ``unclassified``: a failure recorded before kinds were recorded.
+
+The first four, and ``unclassified``, are **infrastructure failures**: what a cluster
+(its hardware, its scheduler, its provider) is accountable for. User errors and
+planned stops (``%train stop``, a budget stop) are counted apart and never enter a
+failure rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "INFRASTRUCTURE",
+    "KINDS",
+    "NODE_LOSS",
+    "PREEMPTION",
+    "STALL",
+    "UNCLASSIFIED",
+    "USER_ERROR",
+    "WORKER_CRASH",
+    "classify",
+]
+
+WORKER_CRASH = "worker_crash"
+NODE_LOSS = "node_loss"
+PREEMPTION = "preemption"
+STALL = "stall"
+USER_ERROR = "user_error"
+UNCLASSIFIED = "unclassified"
+#: Every kind, in the order reports list them.
+KINDS = (WORKER_CRASH, NODE_LOSS, PREEMPTION, STALL, UNCLASSIFIED, USER_ERROR)
+#: The kinds a cluster is accountable for.
+INFRASTRUCTURE = (WORKER_CRASH, NODE_LOSS, PREEMPTION, STALL, UNCLASSIFIED)
+
+#: ``by`` values of a failure this job caused itself (``ray_backend.record``).
+BY_CHAOS_WORKER, BY_CHAOS_NODE, BY_STALL = "chaos", "chaos-node", "stall"
+
+# Exception type names from ray.exceptions and ray.train (Ray 2.5x): a process or node gone.
+_NODE_ERRORS = frozenset({"NodeDiedError", "LocalRayletDiedError", "RayletDiedError"})
+_PROCESS_ERRORS = frozenset(
+    {
+        "RayActorError",
+        "ActorDiedError",
+        "ActorUnavailableError",
+        "ActorUnschedulableError",
+        "WorkerCrashedError",
+        "OutOfMemoryError",
+        "ObjectLostError",
+        "OwnerDiedError",
+        "ObjectReconstructionFailedError",
+        "RaySystemError",
+        "WorkerHealthCheckFailedError",
+    }
+)
+_HANG_ERRORS = frozenset({"WorkerHealthCheckTimeoutError"})
+_NODE_WORDS = ("node has died", "node died", "node was removed", "node is dead", "node failed")
+
+
+def classify(failure: Mapping[str, Any]) -> str:
+    """The kind of one failure, from its root cause as ``ray_backend.attempts`` records
+    it (``kind``: ``failure`` or ``preemption``; ``type``: the root exception's type
+    name; ``message``; ``by``: ``chaos``, ``chaos-node`` or ``stall`` when this job
+    caused it). Returns one of :data:`KINDS` but ``unclassified``."""
+    if failure.get("kind") == PREEMPTION:
+        return PREEMPTION
+    by = failure.get("by")
+    if by == BY_CHAOS_NODE:
+        return NODE_LOSS
+    if by == BY_CHAOS_WORKER:
+        return WORKER_CRASH
+    if by == BY_STALL or failure.get("type") in _HANG_ERRORS:
+        return STALL
+    kind = str(failure.get("type") or "")
+    message = str(failure.get("message") or "").lower()
+    if kind in _NODE_ERRORS or (kind in _PROCESS_ERRORS and any(w in message for w in _NODE_WORDS)):
+        return NODE_LOSS
+    if kind in _PROCESS_ERRORS:
+        return WORKER_CRASH
+    return USER_ERROR
