@@ -157,6 +157,7 @@ class TrainMagics(Magics, Configurable):
     In [6]: %train resume
     In [7]: %train register --name digits --alias champion --model-fn build_model
     In [8]: %train costs --by owner --since 7d
+    In [9]: %train reliability --since 30d --by cluster --html report.html
     """
 
     address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
