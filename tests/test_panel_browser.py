@@ -3,17 +3,35 @@ JupyterLab server, a real job launched here, stopped from the panel.
 
 The browser test (labextension/ui-tests/tests/panel.spec.ts) checks the panel at the
 sidebar's default width (Job, State, Step and the actions, reachable without scrolling),
-widened (every column) and opened in the main area, and saves a screenshot of each."""
+widened (every column) and opened in the main area, the reliability line under the table,
+and saves a screenshot of each.
+
+JupyterLab serves the side panel built next to the imported package (this tree's
+``jupyter_trainfactory/labextension``), ahead of the one the environment installed."""
+
+import os
+from pathlib import Path
 
 import cloudpickle
 import pytest
 import train_fns
 from browser import UI_TESTS, browser_env, free_port, jupyter_lab, playwright, screenshots
 
+import jupyter_trainfactory
 from jupyter_trainfactory import launch
 from jupyter_trainfactory.tracking import TAG
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
+
+
+def this_trees_panel(root: Path) -> str:
+    """A ``JUPYTER_PATH`` whose first ``labextensions`` holds this tree's build of the
+    panel: JupyterLab takes the first extension of a name it finds on its path."""
+    built = Path(jupyter_trainfactory.__file__).parent / "labextension"
+    assert (built / "package.json").is_file(), "build the panel: `jlpm build` in labextension"
+    (root / "labextensions").mkdir(parents=True)
+    (root / "labextensions" / "jupyter-trainfactory").symlink_to(built)
+    return os.pathsep.join(p for p in (str(root), os.environ.get("JUPYTER_PATH", "")) if p)
 
 
 @pytest.mark.job
@@ -23,13 +41,20 @@ def test_the_panel_shows_a_running_job_and_stops_it(services, manager, tmp_path)
     job = launch(
         train_fns.stoppable_loop, workers=2, config={"every": 40}, experiment="panel-browser"
     )
-    env = browser_env(services.home, tmp_path, free_port(), TF_JOB_ID=job.id)
+    env = browser_env(
+        services.home,
+        tmp_path,
+        free_port(),
+        TF_JOB_ID=job.id,
+        JUPYTER_PATH=this_trees_panel(tmp_path / "jupyter"),
+    )
     try:
         with jupyter_lab(env, tmp_path / "jupyterlab.log"):
             # it opens the panel, widens it, opens it in the main area and stops the job
             # from the sidebar at its default width
             output = playwright("panel.spec.ts", env, timeout=420)
         expected = {"panel-default.png", "panel-wide.png", "panel-main.png", "panel-stopped.png"}
+        expected.add("panel-reliability.png")
         assert expected <= screenshots(), output
         info = manager.info(job.id)
         assert info.state == "STOPPED" and info.reason == "user"

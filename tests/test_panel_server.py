@@ -40,10 +40,14 @@ async def _json(jp_fetch, *parts, method="GET", body=None, **kwargs):
     return json.loads(reply.body)
 
 
-async def _error(jp_fetch, *parts, method="GET"):
+async def _error(jp_fetch, *parts, method="GET", **kwargs):
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch(
-            "trainfactory", *parts, method=method, body="{}" if method == "POST" else None
+            "trainfactory",
+            *parts,
+            method=method,
+            body="{}" if method == "POST" else None,
+            **kwargs,
         )
     return err.value.code, json.loads(err.value.response.body)["message"]
 
@@ -198,6 +202,23 @@ async def test_services_and_the_proxy_to_their_uis(services, jp_fetch, jp_base_u
     # The Ray dashboard needs the cluster's token: the proxy adds it.
     version = await jp_fetch("trainfactory", "proxy", "ray", "api", "version")
     assert "ray_version" in json.loads(version.body)
+
+
+async def test_the_reliability_summary_of_a_period(services, jp_fetch):
+    model = await _json(jp_fetch, "reliability", params={"since": "30d"})
+    assert model["since_text"] == "30d"
+    assert model["until"] - model["since"] == pytest.approx(30 * 86400, abs=60)
+    assert set(model) >= {"jobs", "units", "lemons", "text"}
+    if model["jobs"]:  # jobs of the session's other tests
+        assert "ETTR" in model["text"] and model["units"]
+        assert {"unit", "exposure_days", "rate", "mttr_p50_s", "ettr"} <= set(model["units"][0])
+    else:
+        assert model["text"] == "no jobs in the period" and model["units"] == []
+    assert (await _json(jp_fetch, "reliability"))["since_text"] == "30d"  # the default
+    code, message = await _error(jp_fetch, "reliability", params={"since": "last month"})
+    assert code == 400 and "since takes a date" in message and "'last month'" in message
+    code, message = await _error(jp_fetch, "reliability", params={"since": "2999-01-01"})
+    assert code == 400 and "in the past" in message
 
 
 async def test_reads_are_shared_within_the_cache_time(services, monkeypatch):

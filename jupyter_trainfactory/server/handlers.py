@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..chargeback import parse_since
 from ..errors import JobNotFound, Unreachable
 from ..services import ServiceError
 from ..spec import SpecError
@@ -123,6 +125,23 @@ class StartServicesHandler(TrainfactoryHandler):
         await _answer(self, self.manager.start_services)
 
 
+class ReliabilityHandler(TrainfactoryHandler):
+    """``GET reliability[?since=30d]``: the fleet's reliability summary of the period
+    (``since`` as ``chargeback.parse_since`` reads it; empty: every job); 400 for a
+    ``since`` it cannot read or one not in the past."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        text = self.get_argument("since", "30d").strip()
+        try:
+            since = parse_since(text, option="since")
+        except SpecError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        if since is not None and since >= time.time():
+            raise web.HTTPError(400, f"since must be in the past, got {text!r}.")
+        await _answer(self, lambda: self.manager.reliability(text, since))
+
+
 class NotAJobHandler(TrainfactoryHandler):
     """Any other ``jobs/...`` path: a 404 that says what a job id looks like."""
 
@@ -145,6 +164,7 @@ ROUTES: list[tuple[str, type]] = [
     (r"jobs/(.+)", NotAJobHandler),
     (r"services/?", ServicesHandler),
     (r"services/start/?", StartServicesHandler),
+    (r"reliability/?", ReliabilityHandler),
     (r"proxy/(mlflow|ray)(/.*)?", ServiceProxyHandler),
     (r"bokehjs/?", BokehJSInfoHandler),
     (r"bokehjs/(.+)", BokehJSHandler),

@@ -26,9 +26,15 @@ from ..spec import current_owner
 JobModel = dict[str, Any]
 #: The services header (see :meth:`TrainingJobsManager.services_model`).
 ServicesModel = dict[str, Any]
+#: The reliability line (see :meth:`TrainingJobsManager.reliability`).
+ReliabilityModel = dict[str, Any]
 
 #: Points of the throughput and utilization sparklines kept per job (one per fresh read).
 HISTORY_POINTS = 60
+#: How long (s) a reliability summary is reused: it reads every run of its period.
+RELIABILITY_TTL_S = 30.0
+#: How long (s) reading a reliability summary may take before it is a 503.
+RELIABILITY_TIMEOUT_S = 120.0
 
 
 class ServiceUnavailable(RuntimeError):
@@ -81,13 +87,21 @@ class TrainingJobsManager:
                 f"(tracking server {self.tracking_uri or 'embedded'})."
             ) from None
 
-    async def _cached(self, key: Any, fn: Callable[[], Any]) -> Any:
-        """``fn()``'s answer, shared by every caller within ``ttl_s`` (errors are not kept)."""
+    async def _cached(
+        self,
+        key: Any,
+        fn: Callable[[], Any],
+        ttl_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """``fn()``'s answer, shared by every caller within ``ttl_s`` (default the
+        manager's; errors are not kept); ``timeout_s`` as :meth:`_run`'s."""
         now = time.monotonic()
+        ttl = self.ttl_s if ttl_s is None else ttl_s
         hit = self._cache.get(key)
-        if hit is not None and (not hit[1].done() or now - hit[0] < self.ttl_s):
+        if hit is not None and (not hit[1].done() or now - hit[0] < ttl):
             return await asyncio.shield(hit[1])
-        future = asyncio.ensure_future(self._run(fn))
+        future = asyncio.ensure_future(self._run(fn, timeout_s))
         self._cache[key] = (now, future)
         try:
             return await asyncio.shield(future)
@@ -245,6 +259,22 @@ class TrainingJobsManager:
             return await self._run(resume, timeout_s=self.timeout_s + 60)
         finally:
             self._forget()
+
+    async def reliability(self, since_text: str, since: float | None) -> ReliabilityModel:
+        """The fleet's reliability summary of the jobs (everyone's) started since ``since``
+        (s since the epoch; None: all of them), ``since_text`` as the user wrote it:
+        ``{"since_text", **ReliabilityReport.summary()}``. Shared for
+        :data:`RELIABILITY_TTL_S` per ``since_text``; ServiceUnavailable without services."""
+
+        def read() -> ReliabilityModel:
+            from ..reliability.report import reliability_report
+
+            report = reliability_report(self._job_manager(), since=since)
+            return {"since_text": since_text, **report.summary()}
+
+        return await self._cached(
+            ("reliability", since_text), read, RELIABILITY_TTL_S, RELIABILITY_TIMEOUT_S
+        )
 
     def services_model(self) -> ServicesModel:
         """Services state and links: ``services`` (rows of ``services.describe`` with a

@@ -4,7 +4,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { TrainfactoryError } from './errors';
-import { IJob, IServices, ITrainfactoryAPI } from './types';
+import { IJob, IReliability, IServices, ITrainfactoryAPI } from './types';
 
 async function request<T>(path: string, init: RequestInit = {}): Promise<T> {
   const settings = ServerConnection.makeSettings();
@@ -47,5 +47,7 @@ export const serverAPI: ITrainfactoryAPI = {
       body: '{}'
     }),
   startServices: () =>
-    request<IServices>('services/start', { method: 'POST', body: '{}' })
+    request<IServices>('services/start', { method: 'POST', body: '{}' }),
+  reliability: since =>
+    request<IReliability>(`reliability?since=${encodeURIComponent(since)}`)
 };

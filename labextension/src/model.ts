@@ -5,11 +5,21 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { TrainfactoryError } from './errors';
 import { filterJobs } from './format';
-import { IJob, IJobFilter, IServices, ITrainfactoryAPI } from './types';
+import {
+  IJob,
+  IJobFilter,
+  IReliability,
+  IServices,
+  ITrainfactoryAPI
+} from './types';
 
 /** Refresh interval (ms) while all is well, and the longest backoff after errors. */
 export const REFRESH_MS = 3000;
 export const MAX_BACKOFF_MS = 60000;
+/** The reliability line's period (`chargeback.parse_since`'s text) and how often (ms) at
+ * most it is read: the server reads every run of the period for it. */
+export const RELIABILITY_SINCE = '30d';
+export const RELIABILITY_MS = 30000;
 
 export class JobsModel {
   /**
@@ -43,6 +53,16 @@ export class JobsModel {
   /** The last refresh's error message ('' when it succeeded). */
   get error(): string {
     return this._error;
+  }
+
+  /** The last reliability summary read (null until one is). */
+  get reliability(): IReliability | null {
+    return this._reliability;
+  }
+
+  /** The last reliability read's error message ('' when it succeeded). */
+  get reliabilityError(): string {
+    return this._reliabilityError;
   }
 
   /** Whether at least one refresh has finished (until then the panel says "Loading"). */
@@ -131,6 +151,9 @@ export class JobsModel {
       this._error = services.running
         ? ''
         : 'The local Ray head or MLflow server is not running.';
+      if (services.running) {
+        this._readReliability();
+      }
     } catch (error) {
       this._error = messageOf(error);
       if (rethrow) {
@@ -164,6 +187,39 @@ export class JobsModel {
     Signal.clearData(this);
   }
 
+  /**
+   * Read the reliability summary in the background when the last read began at least
+   * RELIABILITY_MS ago and none is in flight; its answer or error arrives with `changed`
+   * and never holds up the jobs.
+   */
+  private _readReliability(): void {
+    const now = Date.now();
+    if (
+      !this.api.reliability ||
+      this._reliabilityInFlight ||
+      now - this._reliabilityAt < RELIABILITY_MS
+    ) {
+      return;
+    }
+    this._reliabilityAt = now;
+    this._reliabilityInFlight = true;
+    this.api
+      .reliability(RELIABILITY_SINCE)
+      .then(
+        summary => {
+          this._reliability = summary;
+          this._reliabilityError = '';
+        },
+        error => {
+          this._reliabilityError = messageOf(error);
+        }
+      )
+      .finally(() => {
+        this._reliabilityInFlight = false;
+        this._changed.emit();
+      });
+  }
+
   private async _act(call: () => Promise<IJob>): Promise<IJob> {
     const job = await call();
     this._jobs = this._jobs.map(j => (j.id === job.id ? job : j));
@@ -180,6 +236,10 @@ export class JobsModel {
   private _allUsers = false;
   private _filter: IJobFilter = { experiment: '', owner: '', state: '' };
   private _poll: Poll | null = null;
+  private _reliability: IReliability | null = null;
+  private _reliabilityError = '';
+  private _reliabilityAt = -Infinity;
+  private _reliabilityInFlight = false;
   private _views = new Set<() => boolean>();
 }
 

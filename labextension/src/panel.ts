@@ -8,7 +8,8 @@ import { el } from './dom';
 import { JobFilters } from './filters';
 import { iconOf } from './glyphs';
 import { jobTable } from './jobTable';
-import { JobsModel, messageOf } from './model';
+import { JobsModel, messageOf, RELIABILITY_SINCE } from './model';
+import { renderReliability } from './reliabilityLine';
 import { RowActions } from './rowActions';
 import { renderServices } from './servicesLine';
 
@@ -28,7 +29,13 @@ export class JobsPanel extends Widget {
     this._rowActions = new RowActions(model, actions);
     const header = this._header();
     this._filters = new JobFilters(model);
-    this.node.append(header, this._filters.node, this._message, this._tableBox);
+    this.node.append(
+      header,
+      this._filters.node,
+      this._message,
+      this._tableBox,
+      this._reliabilityLine
+    );
     this._tableBox.className = 'jp-tf-table-box';
     this._removeView = model.addView(() => this.isVisible);
     model.changed.connect(this._render, this);
@@ -124,11 +131,19 @@ export class JobsPanel extends Widget {
       this._rowActions.cell(job)
     );
     this._tableBox.replaceChildren(...(table ? [table] : []));
+    renderReliability(
+      this._reliabilityLine,
+      !!model.services?.running,
+      RELIABILITY_SINCE,
+      model.reliability,
+      model.reliabilityError
+    );
   }
 
   private _servicesLine = el('div');
   private _message = el('div', 'jp-tf-message');
   private _tableBox = el('div');
+  private _reliabilityLine = el('div', 'jp-tf-reliability');
   private _expand = el('button');
   private _openInMain: (() => void) | null = null;
   private _filters: JobFilters;

@@ -59,6 +59,37 @@ export interface IServices {
   state_dir: string;
 }
 
+/** One unit's row of the reliability summary (accelerator- or vCPU-days). */
+export interface IReliabilityUnit {
+  unit: string;
+  exposure_days: number;
+  infrastructure_failures: number;
+  user_errors: number;
+  stops: number;
+  /** The failure rate with its 95 % interval, as text. */
+  rate: string;
+  mttr_p50_s: number | null;
+  /** Goodput over wall time, 0..1. */
+  ettr: number | null;
+}
+
+/**
+ * `GET trainfactory/reliability?since=30d`: the fleet's reliability over the jobs started
+ * in the period (jupyter_trainfactory/reliability/report.py `summary()`).
+ */
+export interface IReliability {
+  /** The period as asked (`30d`, `12h`, a date; '' for every job). */
+  since_text: string;
+  /** Seconds since the epoch (null: since the first job). */
+  since: number | null;
+  until: number;
+  jobs: number;
+  units: IReliabilityUnit[];
+  lemons: string[];
+  /** One line: ETTR, infrastructure failures and MTTR per unit. */
+  text: string;
+}
+
 /** What the table shows: a substring match on experiment and owner, a state or ''. */
 export interface IJobFilter {
   experiment: string;
@@ -73,4 +104,6 @@ export interface ITrainfactoryAPI {
   stop(id: string, now: boolean): Promise<IJob>;
   resume(id: string): Promise<IJob>;
   startServices(): Promise<IServices>;
+  /** The reliability summary of the jobs started since `since` (absent: no such line). */
+  reliability?(since: string): Promise<IReliability>;
 }

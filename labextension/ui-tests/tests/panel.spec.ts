@@ -83,6 +83,26 @@ test('the panel shows a running job and stops it', async ({
   const state = row.locator('.jp-tf-state');
   await expect(state).toHaveText('RUNNING', { timeout: 120000 });
 
+  // The reliability line under the table: the fleet's jobs of the last 30 days (this
+  // one among them), per unit the failure rate and the exposure in its tooltip.
+  const reliability = panel.locator('.jp-tf-reliability');
+  await expect(reliability).toHaveText(
+    /^reliability, last 30 days: (\d+ jobs? · .*ETTR|no jobs in the period)/,
+    { timeout: 90000 } // it reads every run of the period
+  );
+  await expect(reliability).toBeInViewport({ ratio: 1 });
+  const summary = (await reliability.textContent())!;
+  console.log(`the reliability line: ${summary}`);
+  if (summary.includes('ETTR')) {
+    await expect(reliability).toHaveAttribute(
+      'title',
+      /started in the period\n.+: .+; exposure \S+ .+-days/
+    );
+  }
+  await panel.screenshot({
+    path: testInfo.outputPath('panel-reliability.png')
+  });
+
   // The sidebar at its default width: Job, State (the step beneath it) and the actions,
   // all in view.
   const defaultWidth = (await panel.boundingBox())!.width;
