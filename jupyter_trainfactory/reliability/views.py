@@ -152,7 +152,8 @@ def summary_line(r: ReliabilityReport) -> str:
             text += f", {g.user_errors} user error{'s' if g.user_errors != 1 else ''}"
         parts.append(text)
     lemons = f"; lemon: {', '.join(n.node for n in r.lemons)}" if r.lemons else ""
-    return f"{len(r.jobs)} jobs · " + " · ".join(parts) + lemons
+    jobs = f"{len(r.jobs)} job{'s' if len(r.jobs) != 1 else ''}"
+    return f"{jobs} · " + " · ".join(parts) + lemons
 
 
 #: Columns of the CSV rows, one per job.

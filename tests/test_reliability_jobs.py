@@ -1,0 +1,94 @@
+"""The reliability report over real jobs on the embedded services: a chaos kill (an
+infrastructure failure, recovered), a failure in the training code (a user error), a
+planned stop; the notebook's API and the command line print the same report."""
+
+import subprocess
+import sys
+import time
+import uuid
+
+import cloudpickle
+import pytest
+import train_fns
+
+from jupyter_trainfactory import launch, reliability
+
+cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
+pytestmark = pytest.mark.job
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(420)
+def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
+    manager, mlflow_client, tmp_path
+):
+    experiment = f"reliability-{uuid.uuid4().hex[:8]}"
+    since = time.time() - 1
+    killed = launch(
+        train_fns.fault_loop,
+        workers=1,
+        max_failures=1,
+        config={"steps": 400, "every": 10, "fail_step": -1, "marker": str(tmp_path / "m")},
+        experiment=experiment,
+    )
+    failing = launch(train_fns.failing_loop, workers=1, max_failures=0, experiment=experiment)
+    # waits for a CPU (two on this machine) until the failing job gives its up
+    stopped = launch(
+        train_fns.stoppable_loop, workers=1, config={"every": 5}, experiment=experiment
+    )
+    jobs = [killed, failing, stopped]
+    try:
+        metrics = lambda job: mlflow_client.get_run(job.run_id).data.metrics  # noqa: E731
+        _wait_for(lambda: "loss" in metrics(killed), 180, "the job did not step")
+        killed.chaos(rank=0)
+        assert failing.wait(timeout=180) == "FAILED"
+        _wait_for(lambda: "loss" in metrics(stopped), 180, "the stopped job did not step")
+        stopped.stop()
+        assert stopped.wait(timeout=120) == "STOPPED"
+        assert killed.wait(timeout=240) == "SUCCEEDED", killed.info().error
+    finally:
+        for job in jobs:
+            job.stop(now=True)
+    until = time.time() + 1
+    report = reliability(since=since, until=until, experiment=experiment)
+    (cpu,) = report.fleet
+    assert cpu.unit == "vCPU" and cpu.jobs == 3 and cpu.live == 0
+    assert cpu.kinds == {"worker_crash": 1, "user_error": 1}
+    assert cpu.infrastructure == 1 and cpu.user_errors == 1 and cpu.stops == 1
+    # MTTR: from the kill to the first step past the one it had reached
+    assert cpu.recovered == 1 and 0 < cpu.mttr_s[0] == cpu.mttr_s[2] < 120
+    record = next(f for j in report.jobs for f in j.failures if f.kind == "worker_crash")
+    assert record.mttr_s == pytest.approx(metrics(killed)["faults/mttr_s"])
+    # exposure: the vCPUs each job held, from its cost meter
+    assert 0 < cpu.exposure_h == pytest.approx(sum(j.exposure_h for j in report.jobs))
+    assert cpu.rate.per_day is None  # minutes of one vCPU: too little for a rate
+    text = report.text()
+    print(text)  # the closing note shows it
+    assert "1 infrastructure (worker_crash 1)" in text and "1 user error" in text
+    # the command line computes the same report
+    cli = subprocess.run(
+        [sys.executable, "-m", "jupyter_trainfactory.cli", "reliability", "--experiment",
+         experiment, "--since", _iso(since), "--until", _iso(until)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    again = reliability(since=_parse(_iso(since)), until=_parse(_iso(until)), experiment=experiment)
+    assert cli.stdout.strip() == again.text().strip()
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t).isoformat(timespec="seconds")
+
+
+def _parse(text: str) -> float:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text).timestamp()
