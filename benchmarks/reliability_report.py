@@ -12,8 +12,8 @@ project, cluster, state, the failure log and its counts, the placement, the devi
 the environment, the ranks' workers, the goodput timeline, the checkpoint, ...), the
 params (resources and a config of about 25 keys) and one point of every summary metric
 (``train/*``, ``system/<node>/*`` with each GPU's series, ``goodput/*``, ``badput/*``,
-``cost/*``, ``faults/*``, ``energy/*`` and the user's own), about 60 tags and 90
-metrics a run, so that the search's payload is a real one's. The fleet: 12 owners, 6
+``cost/*``, ``faults/*``, ``energy/*`` and the user's own), on average 50 tags, 32
+params and 75 metrics a run (15 kB of the search's JSON), so that the search's payload is a real one's. The fleet: 12 owners, 6
 projects, 3 experiments, 2 clusters of 16 nodes, GPU (H100, 1 to 16 per job) and CPU
 jobs over the last 30 days, failures of every kind on some of them (node ``10-0-0-7``
 of the first cluster fails 6 times as often: a lemon), user errors, planned stops and a
@@ -24,11 +24,16 @@ own ``SqlAlchemyStore`` (its engine and its table models, bulk inserts, one poin
 ``metrics`` and ``latest_metrics`` per key) rather than through the REST API; only the
 report's read goes through the server.
 
-Prints the fill time, the report's time, runs read, runs/s, the report's first lines
-(``views.report_text``) and, on its last line, the ratio report time / 60 s (goal
-<= 1.0). Exits non-zero when the report does not count every run.
+Prints the fill time, the load average, the report's time, runs read, runs/s, the
+report's first lines (``views.report_text``), whether the newest ``--check`` runs read
+equal ``MlflowClient.search_runs``'s, with ``--baseline`` the time of the search's pages
+alone (the server's share: HTTP and ``json.loads``) and of the report read through
+``MlflowClient.search_runs`` (the read before the JSON pages), and, on its last line, the
+ratio report time / 60 s (goal <= 1.0). Exits non-zero when the report does not count
+every run.
 
-Usage: python benchmarks/reliability_report.py [--runs 10000] [--seed 7] [--profile]
+Usage: python benchmarks/reliability_report.py [--runs 10000] [--seed 7] [--check 300]
+       [--baseline] [--profile]
 Short: python benchmarks/reliability_report.py --runs 300
 """
 
