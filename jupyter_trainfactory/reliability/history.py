@@ -97,12 +97,22 @@ def _units_held(params: Mapping[str, str], unit: str) -> float:
     return workers * _float(per, 1.0)
 
 
+def _points(run, keys: tuple[str, ...]) -> dict:
+    """The latest point (``.value``, ``.timestamp`` in ms) of each of ``keys`` the run has:
+    from the run's own ``Metric`` list when it keeps one, without ``RunData.to_proto``
+    of every metric, param and tag."""
+    objs = getattr(run.data, "_metric_objs", None)
+    if objs is None:
+        objs = run.data.to_proto().metrics
+    return {m.key: m for m in objs if m.key in keys}
+
+
 def _exposure_h(run, unit: str, live: bool, now: float) -> float:
     """Unit-hours held: ``cost/accelerator_hours`` (``cost/vcpu_hours`` for CPU jobs),
     plus, for a live job, the units held since that point was written; a run without
     them (no cost meter) counts its wall time times the units it holds."""
     key = "cost/vcpu_hours" if unit == "vCPU" else "cost/accelerator_hours"
-    points = {m.key: m for m in run.data.to_proto().metrics}
+    points = _points(run, (key, "goodput/wall_s"))
     held = _units_held(run.data.params, unit)
     if key in points:
         hours, since = points[key].value, points[key].timestamp / 1000
