@@ -25,15 +25,11 @@ own ``SqlAlchemyStore`` (its engine and its table models, bulk inserts, one poin
 report's read goes through the server.
 
 Prints the fill time, the load average, the report's time, runs read, runs/s, the
-report's first lines (``views.report_text``), whether the newest ``--check`` runs read
-equal ``MlflowClient.search_runs``'s, with ``--baseline`` the time of the search's pages
-alone (the server's share: HTTP and ``json.loads``) and of the report read through
-``MlflowClient.search_runs`` (the read before the JSON pages), and, on its last line, the
-ratio report time / 60 s (goal <= 1.0). Exits non-zero when the report does not count
-every run.
+report's first lines (``views.report_text``) and, on its last line, the ratio report
+time / 60 s (goal <= 1.0). Exits non-zero when the report does not count every run.
+``--profile`` prints cProfile's top functions of the report.
 
-Usage: python benchmarks/reliability_report.py [--runs 10000] [--seed 7] [--check 300]
-       [--baseline] [--profile]
+Usage: python benchmarks/reliability_report.py [--runs 10000] [--seed 7] [--profile]
 Short: python benchmarks/reliability_report.py --runs 300
 """
 
@@ -353,81 +349,18 @@ def time_report(tracking_uri: str, profile: bool):
     return took, report
 
 
-def time_server_only(tracking_uri: str) -> tuple[float, int, int]:
-    """``(seconds, runs, bytes)`` of the search's pages alone: HTTP and ``json.loads``,
-    no runs made: the server's share of the report's time."""
-    from jupyter_trainfactory import runreads
-
-    answers: list[dict] = []
-    real = runreads.run_from_json
-    runreads.run_from_json = lambda d: answers.append(d) or d
-    t0 = time.perf_counter()
-    try:
-        runreads.search_job_runs(tracking.client(tracking_uri), None, 10**9)
-    finally:
-        runreads.run_from_json = real
-    took = time.perf_counter() - t0
-    return took, len(answers), sum(len(json.dumps(a)) for a in answers)
-
-
-def time_mlflow_client_report(tracking_uri: str) -> float:
-    """Seconds of the report read with ``MlflowClient.search_runs`` pages (protobuf
-    parse, ``Run.from_proto``): the read before the JSON pages."""
-    from jupyter_trainfactory import runreads
-    from jupyter_trainfactory.reliability.report import reliability_report
-
-    real = runreads._rest_store
-    runreads._rest_store = lambda client: None
-    try:
-        t0 = time.perf_counter()
-        reliability_report(ServerReader(tracking_uri))
-        return time.perf_counter() - t0
-    finally:
-        runreads._rest_store = real
-
-
-def same_as_mlflow(tracking_uri: str, n: int) -> int:
-    """Check that ``runreads.search_job_runs`` (JSON pages made into runs directly) gives
-    the runs ``MlflowClient.search_runs`` gives for the newest ``n``: info, metrics (with
-    their steps and timestamps), params, tags, inputs, outputs. Returns the runs compared;
-    raises AssertionError on the first difference."""
-    from jupyter_trainfactory import runreads
-    from jupyter_trainfactory.tracking import TAG
-
-    client = tracking.client(tracking_uri)
-    ids = [e.experiment_id for e in client.search_experiments()]
-    fast = runreads.search_job_runs(client, None, n, experiment_ids=ids)
-    theirs = client.search_runs(
-        ids, f"tags.`{TAG.JOB_ID}` LIKE 'tf-%'", max_results=n,
-        order_by=["attributes.start_time DESC"],
-    )  # fmt: skip
-    assert len(fast) == len(theirs), (len(fast), len(theirs))
-    for a, b in zip(fast, theirs, strict=True):
-        assert dict(a.info) == dict(b.info), (dict(a.info), dict(b.info))
-        assert a.data.to_dictionary() == b.data.to_dictionary(), a.info.run_id
-        assert a.data.to_proto() == b.data.to_proto(), a.info.run_id
-        assert a.inputs.to_proto() == b.inputs.to_proto(), a.info.run_id
-        assert a.outputs.to_proto() == b.outputs.to_proto(), a.info.run_id
-    return len(fast)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="cProfile the report")
     parser.add_argument("--lines", type=int, default=14, help="report lines to print")
-    parser.add_argument("--check", type=int, default=300, help="runs compared with MLflow's")
-    parser.add_argument(
-        "--baseline", action="store_true", help="also time the server alone and MLflow's read"
-    )
     args = parser.parse_args(argv)
 
     home = Path(tempfile.mkdtemp(prefix="tf-bench-reliability-"))
     os.environ["TRAINFACTORY_HOME"] = str(home)
     from jupyter_trainfactory import services as svc
 
-    extra = []
     try:
         services = svc.ensure_services(ray=False, mlflow=True)
         uri = services.tracking_uri
@@ -441,13 +374,6 @@ def main(argv: list[str] | None = None) -> int:
         load = [os.getloadavg()[0]]
         report_s, report = time_report(uri, args.profile)
         load.append(os.getloadavg()[0])
-        checked = same_as_mlflow(uri, args.check) if args.check else 0
-        if args.baseline:
-            server_s, n, size = time_server_only(uri)
-            extra.append(f"server alone (HTTP + json.loads): {server_s:.1f} s for {n} runs,"
-                         f" {size / n / 1e3:.1f} kB of JSON a run")  # fmt: skip
-            extra.append(f"report read with MlflowClient.search_runs: "
-                         f"{time_mlflow_client_report(uri):.1f} s")  # fmt: skip
     finally:
         svc.stop_services(("mlflow",))
         shutil.rmtree(home, ignore_errors=True)
@@ -460,9 +386,6 @@ def main(argv: list[str] | None = None) -> int:
           f" report {load[0]:.1f}, after {load[1]:.1f} (1 min; {os.cpu_count()} CPUs)")  # fmt: skip
     print("\n".join(report.text().splitlines()[: args.lines]))
     print("...")
-    if checked:
-        print(f"the newest {checked} runs read equal MlflowClient.search_runs's")
-    print("\n".join(extra))
     print(f"report: {report_s:.1f} s, {len(report.jobs)} runs read, "
           f"{len(report.jobs) / report_s:.0f} runs/s")  # fmt: skip
     if len(report.jobs) != args.runs:

@@ -87,98 +87,6 @@ def metric_history(
     return points
 
 
-#: Runs per search request (MLflow's own page size for ``search_runs``).
-PAGE_SIZE = 1000
-
-
-def _rest_store(mlflow_client):
-    """The client's ``RestStore`` (an HTTP tracking server), or None for any other store."""
-    from mlflow.store.tracking.rest_store import RestStore
-
-    store = getattr(getattr(mlflow_client, "_tracking_client", None), "store", None)
-    return store if type(store) is RestStore else None
-
-
-def run_from_json(d: dict):
-    """The ``mlflow.entities.Run`` of one run of a ``runs/search`` JSON answer, equal to
-    what ``MlflowClient.search_runs`` makes of it (``Run.from_proto`` of the parsed
-    protobuf): proto2 defaults for absent fields, ``"NaN"`` and ``"Infinity"`` values as
-    floats, ``inputs`` and ``outputs`` through their protos."""
-    from mlflow.entities import Metric, Run, RunData, RunInfo, RunInputs, RunOutputs
-    from mlflow.protos.service_pb2 import RunInputs as ProtoInputs
-    from mlflow.protos.service_pb2 import RunOutputs as ProtoOutputs
-    from mlflow.utils.proto_json_utils import parse_dict
-
-    i, data = d.get("info", {}), d.get("data", {})
-    info = RunInfo(
-        run_id=i.get("run_id", ""),
-        run_name=i.get("run_name", ""),
-        experiment_id=i.get("experiment_id", ""),
-        user_id=i.get("user_id", ""),
-        status=i.get("status", "RUNNING"),
-        start_time=int(i.get("start_time", 0)),
-        end_time=int(i.get("end_time", 0)) or None,
-        lifecycle_stage=i.get("lifecycle_stage", ""),
-        artifact_uri=i.get("artifact_uri", ""),
-    )
-    metrics = [
-        Metric(
-            m.get("key", ""),
-            float(m.get("value", 0.0)),
-            int(m.get("timestamp", 0)),
-            int(m.get("step", 0)),
-            model_id=m.get("model_id") or None,
-            dataset_name=m.get("dataset_name") or None,
-            dataset_digest=m.get("dataset_digest") or None,
-            run_id=m.get("run_id") or None,
-        )
-        for m in data.get("metrics", ())
-    ]
-    run_data = RunData(metrics)
-    run_data._params = {p.get("key", ""): p.get("value", "") for p in data.get("params", ())}
-    run_data._tags = {t.get("key", ""): t.get("value", "") for t in data.get("tags", ())}
-    parsed_inputs, parsed_outputs = ProtoInputs(), ProtoOutputs()
-    parse_dict(d.get("inputs") or {}, parsed_inputs)
-    parse_dict(d.get("outputs") or {}, parsed_outputs)
-    inputs = RunInputs.from_proto(parsed_inputs)
-    return Run(info, run_data, inputs, RunOutputs.from_proto(parsed_outputs))
-
-
-def _search_json_pages(store, ids: list[str], filt: str, order: list[str], max_results: int):
-    """``search_job_runs`` through ``store``'s ``runs/search`` endpoint, page after page
-    (:data:`PAGE_SIZE`), each answer read with ``json.loads``; raises ``MlflowException``
-    as ``MlflowClient.search_runs`` does."""
-    import json
-    from concurrent.futures import ThreadPoolExecutor
-
-    from mlflow.protos.service_pb2 import SearchRuns
-    from mlflow.utils.rest_utils import http_request, verify_rest_response
-
-    endpoint, method = store._METHOD_TO_INFO[SearchRuns]
-
-    def fetch(token: str | None, size: int) -> dict:
-        body = {"experiment_ids": [str(x) for x in ids], "filter": filt,
-                "run_view_type": "ACTIVE_ONLY", "max_results": size, "order_by": order}  # fmt: skip
-        if token:
-            body["page_token"] = token
-        response = http_request(store.get_host_creds(), endpoint, method, json=body)
-        return json.loads(verify_rest_response(response, endpoint).text)
-
-    runs: list = []
-    with ThreadPoolExecutor(1, thread_name_prefix="search-runs") as pool:
-        page = pool.submit(fetch, None, min(PAGE_SIZE, max_results))
-        while page is not None:
-            answer = page.result()
-            token, page = answer.get("next_page_token") or None, None
-            found = answer.get("runs", [])[: max_results - len(runs)]
-            if token and len(runs) + len(found) < max_results:
-                page = pool.submit(
-                    fetch, token, min(PAGE_SIZE, max_results - len(runs) - len(found))
-                )
-            runs.extend(run_from_json(r) for r in found)
-    return runs
-
-
 def _all_experiment_ids(mlflow_client) -> list[str]:
     from mlflow.entities import ViewType
 
@@ -208,10 +116,7 @@ def search_job_runs(
 ) -> list:
     """Runs of trainfactory jobs, newest first; only ``owner``'s when given, only in
     ``experiment_ids`` when given, only those started at or after ``since`` and before
-    ``until`` (s since the epoch) when given. ``max_results`` above 1,000 pages through
-    MLflow's results. On an HTTP tracking server the pages are read as JSON and made
-    into the same ``mlflow.entities.Run``\\ s directly, without MLflow's protobuf
-    parse (:func:`run_from_json`), the next page fetched while this one is converted."""
+    ``until`` (s since the epoch) when given. ``max_results`` above 1,000 pages through MLflow's results."""
     ids = experiment_ids or _all_experiment_ids(mlflow_client)
     if not ids:
         return []
@@ -222,18 +127,14 @@ def search_job_runs(
         filt += f" AND attributes.start_time >= {int(since * 1000)}"
     if until is not None:
         filt += f" AND attributes.start_time < {int(until * 1000)}"
-    order = ["attributes.start_time DESC"]
-    store = _rest_store(mlflow_client)
-    if store is not None:
-        return _search_json_pages(store, ids, filt, order, max_results)
     runs: list = []
     token = None
     while len(runs) < max_results:
         page = mlflow_client.search_runs(
             ids,
             filter_string=filt,
-            max_results=min(PAGE_SIZE, max_results - len(runs)),
-            order_by=order,
+            max_results=min(1000, max_results - len(runs)),
+            order_by=["attributes.start_time DESC"],
             page_token=token,
         )
         runs.extend(page)

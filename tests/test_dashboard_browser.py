@@ -4,7 +4,8 @@ JupyterLab 4 and Notebook 7, Debian's chromium, no internet: each notebook launc
 short two-worker job and the browser checks that its plots draw (BokehJS comes from the
 installed bokeh package, through the server extension), move while the job runs and that
 the job ends SUCCEEDED; in JupyterLab also that after a page reload ``%train attach`` draws
-the history with its points, and that the cell keeps a static summary without its kernel.
+the history with its points, that ``%train reliability`` prints the report and draws its plot,
+and that the cell keeps a static summary without its kernel.
 Here: that summary is in the saved notebook and in ``jupyter nbconvert --to html``.
 """
 
@@ -52,6 +53,7 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
         LAUNCH,
         "job.wait(timeout=300)",
         "%train attach {job.id}",
+        "%train reliability --experiment dashboard-browser --since 1d",
     )
     _notebook(tmp_path / "dashboard-nb7.ipynb", SETUP, LAUNCH)  # Notebook 7 opens it at the root
     env = browser_env(services.home, tmp_path, free_port(), TF_NOTEBOOKS=str(sources))
@@ -61,7 +63,7 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
         playwright("dashboard-nb7.spec.ts", env, timeout=600)
         shots |= screenshots()
     expected = {"dashboard-running.png", "dashboard-ended.png", "dashboard-attach.png"}
-    expected |= {"dashboard-summary.png", "nb7-running.png", "nb7-ended.png"}
+    expected |= {"dashboard-summary.png", "nb7-running.png", "nb7-ended.png", "reliability.png"}
     assert expected <= shots
 
     # the saved notebook keeps the summary as HTML, in the launch cell's outputs

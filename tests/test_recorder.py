@@ -403,7 +403,10 @@ def test_a_resume_continues_steps_counts_and_goodput_of_the_run(store):
     assert m["faults/count"] == 2  # not reset by the resume
     # the failure log goes on over the resume: both failures, each with its kind and node
     records = json.loads(run.data.tags[TAG.FAILURES])
-    assert [(r["kind"], r["node"]) for r in records] == [("user_error", ""), ("worker_crash", "10-0-0-9")]
+    assert [(r["kind"], r["node"]) for r in records] == [
+        ("user_error", ""),
+        ("worker_crash", "10-0-0-9"),
+    ]
     counts = json.loads(run.data.tags[TAG.FAULT_COUNTS])
     assert counts == {
         "kinds": {"user_error": 1, "worker_crash": 1},

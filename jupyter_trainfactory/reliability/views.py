@@ -26,8 +26,9 @@ def _day(t: float) -> str:
 
 
 def _period(r: ReliabilityReport) -> str:
-    start = _day(r.since) if r.since is not None else "the first job"
-    return f"{start} to {_day(r.until)}"
+    if r.since is None:
+        return f"before {_day(r.until)}"
+    return f"{_day(r.since)} to {_day(r.until)}"
 
 
 def _seconds(s: float) -> str:

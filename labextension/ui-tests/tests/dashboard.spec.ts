@@ -14,7 +14,7 @@ import {
  * writes the notebooks into the server's root and starts the server; no CDN is reachable.
  *
  * dashboard-lab.ipynb: 0 defines `falling_loss` and `config`, 1 launches it, 2 waits for
- * it, 3 attaches to it again.
+ * it, 3 attaches to it again, 4 shows the reliability report of its experiment.
  */
 const LAB_NOTEBOOK = 'dashboard-lab.ipynb';
 /** Where tests/test_dashboard_browser.py wrote them; each test uploads its own copy. */
@@ -96,6 +96,17 @@ test.describe('job dashboard in JupyterLab', () => {
     await attached.screenshot({
       path: testInfo.outputPath('dashboard-attach.png')
     });
+    // the fleet's reliability report over the experiment: its text and its plot
+    await runByKeyboard(cells, 4);
+    const report = cells.nth(4).locator('.jp-OutputArea');
+    await expect(report).toContainText('reliability of jobs started', {
+      timeout: 120_000
+    });
+    await expect(report).toContainText('ETTR:');
+    await expect(report.locator('.bk-Canvas canvas').first()).toBeVisible({
+      timeout: 60_000
+    });
+    await report.screenshot({ path: testInfo.outputPath('reliability.png') });
     await again.keyboard.press('Control+s');
     await expect(again.locator('.jp-mod-dirty')).toHaveCount(0);
 
