@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -98,6 +99,16 @@ def playwright(spec: str, env: dict[str, str], timeout: float) -> str:
     return output
 
 
+#: Where :func:`screenshots` keeps a copy of each (Playwright empties test-results/ per run).
+KEPT = UI_TESTS / "test-results-kept"
+
+
 def screenshots() -> set[str]:
-    """The names of the screenshots the browser tests saved so far."""
-    return {p.name for p in RESULTS.rglob("*.png")}
+    """The names of the screenshots the browser tests saved so far; each is also copied
+    to :data:`KEPT`, so the shots of every Playwright run of a test stay there to look at."""
+    KEPT.mkdir(exist_ok=True)
+    names = set()
+    for p in RESULTS.rglob("*.png"):
+        shutil.copy2(p, KEPT / p.name)
+        names.add(p.name)
+    return names
