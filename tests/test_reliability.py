@@ -72,7 +72,8 @@ def fleet(tmp_path_factory):
     a preemption on n2; b on c2, n3 n4, 240 GPU-h, a user error on n3; c on c2, n5 n6,
     240 GPU-h, 5 node losses on n5 (the lemon); d resumed: its run spans 3 days but it
     held its GPUs 1 day (192 GPU-h, what its cost meter counted); e still running, 24
-    GPU-h written an hour before now (8 more since); f stopped by its user, 48 GPU-h.
+    GPU-h written 9 min before now (1.2 more since); s's run is open but silent for 2 h
+    (5 GPU-h, not counted on); f stopped by its user, 48 GPU-h.
     CPU job g: 2 vCPUs, 0.5 vCPU-h, a worker crash. z started before the period."""
     path = tmp_path_factory.mktemp("rel")
     client = MlflowClient(f"sqlite:///{path}/mlflow.db")
@@ -95,7 +96,9 @@ def fleet(tmp_path_factory):
     _write(client, exp, "d", start=T0 + DAY, end=T0 + 4 * DAY, status="FINISHED",
            hours=192, wall=DAY, good=0.5 * DAY, nodes={"n1": [0, 1]})  # fmt: skip
     _write(client, exp, "e", start=T0 + 9 * DAY, end=None, status="RUNNING", hours=24,
-           hours_at=NOW - 3600, wall=0.4 * DAY, good=0.2 * DAY, nodes={"n2": [0, 1]})  # fmt: skip
+           hours_at=NOW - 540, wall=0.4 * DAY, good=0.2 * DAY, nodes={"n2": [0, 1]})  # fmt: skip
+    _write(client, exp, "s", start=T0 + 9 * DAY, end=None, status="RUNNING", hours=5,
+           hours_at=NOW - 7200, wall=0.1 * DAY, good=0.1 * DAY)  # fmt: skip
     _write(client, exp, "f", start=T0 + 8 * DAY, end=T0 + 8.25 * DAY, status="KILLED",
            hours=48, wall=0.25 * DAY, good=0.2 * DAY, nodes={"n6": [0, 1]})  # fmt: skip
     _write(client, exp, "g", start=T0 + 3 * DAY, end=T0 + 3.01 * DAY, status="FINISHED",
@@ -113,10 +116,12 @@ def _report(fleet, **kw):
 def test_exposure_counts_held_time_per_unit_and_a_running_job_up_to_now(fleet):
     r = _report(fleet)
     gpu, cpu = {g.unit: g for g in r.fleet}["GPU"], {g.unit: g for g in r.fleet}["vCPU"]
-    assert len(r.jobs) == 7  # z started before the period
-    # d's stopped time is not exposure (192, not 3 days x 8); e: 24 + 8 GPUs x 1 h
-    assert gpu.exposure_h == pytest.approx(960 + 240 + 240 + 192 + (24 + 8) + 48)
-    assert gpu.jobs == 6 and gpu.live == 1
+    assert len(r.jobs) == 8  # z started before the period
+    # d's stopped time is not exposure (192, not 3 days x 8); e: 24 + 8 GPUs x 9 min;
+    # s: its last point (its driver may be gone)
+    assert gpu.exposure_h == pytest.approx(960 + 240 + 240 + 192 + (24 + 1.2) + 5 + 48)
+    assert gpu.jobs == 7 and gpu.live == 1 and gpu.silent == 1
+    assert "1 open but silent for over 10 min" in report_text(r)
     assert cpu.exposure_h == pytest.approx(0.5) and cpu.jobs == 1
 
 
@@ -124,7 +129,7 @@ def test_kinds_rate_interval_mtbf_and_mttr(fleet):
     gpu = {g.unit: g for g in _report(fleet).fleet}["GPU"]
     assert gpu.kinds == {"worker_crash": 2, "preemption": 1, "user_error": 1, "node_loss": 5}
     assert gpu.infrastructure == 8 and gpu.user_errors == 1 and gpu.stops == 1
-    days = (960 + 240 + 240 + 192 + 32 + 48) / 24  # 71.33 GPU-days
+    days = (960 + 240 + 240 + 192 + 25.2 + 5 + 48) / 24  # 71.26 GPU-days
     assert gpu.rate.per_day == pytest.approx(8 / days)
     # Garwood's exact 95 % interval for 8 events: 3.4538 to 15.7632 (published tables)
     assert gpu.rate.low * days == pytest.approx(3.4538, abs=1e-4)
@@ -135,10 +140,11 @@ def test_kinds_rate_interval_mtbf_and_mttr(fleet):
     p95 = xs[5] + 0.7 * (xs[6] - xs[5])  # type 7: rank 0.95 * 6 = 5.7
     assert gpu.mttr_s == pytest.approx((40.0, p95, 80.0))
     assert (gpu.recovered, gpu.mttr_of) == (7, 8)
-    assert gpu.ettr == pytest.approx((4 + 1 + 1 + 0.5 + 0.2 + 0.2) / (5 + 1.5 + 2 + 1 + 0.4 + 0.25))
+    good, wall = 4 + 1 + 1 + 0.5 + 0.2 + 0.1 + 0.2, 5 + 1.5 + 2 + 1 + 0.4 + 0.1 + 0.25
+    assert gpu.ettr == pytest.approx(good / wall)
     assert gpu.badput_s["startup"] == pytest.approx(gpu.wall_s - gpu.goodput_s)
-    assert gpu.wasted_cost == {"USD": pytest.approx(9.0)}
-    assert gpu.failure_cost == {"USD": pytest.approx(3.0)}
+    assert gpu.wasted_cost == {"USD": pytest.approx(7 * 1.5)}
+    assert gpu.failure_cost == {"USD": pytest.approx(7 * 0.5)}
 
 
 def test_too_little_exposure_gives_no_rate_but_its_interval(fleet):
@@ -158,7 +164,7 @@ def test_the_lemon_node_is_named_with_its_test(fleet):
     nodes = {(n.node, n.unit): n for n in r.nodes}
     n5 = nodes[("n5", "GPU")]
     # 8 infrastructure failures over 6 GPU nodes; n5 holds 120 of 1,664 GPU-h
-    share = 120 / (480 + 480 + 120 + 120 + 120 + 120 + 192 + 32 + 48)
+    share = 120 / (480 + 480 + 120 + 120 + 120 + 120 + 192 + 25.2 + 48)
     tail = sum(math.comb(8, k) * share**k * (1 - share) ** (8 - k) for k in range(5, 9))
     assert n5.p_value == pytest.approx(tail) and n5.lemon
     assert [n.node for n in r.lemons] == ["n5"]
@@ -174,7 +180,7 @@ def test_groups_by_cluster_and_owner(fleet):
     assert by[("http://c2:8265", "GPU")].infrastructure == 5
     assert by[("http://c2:8265", "GPU")].user_errors == 1
     owners = {(g.key, g.unit): g.jobs for g in _report(fleet, by="owner").groups}
-    assert owners == {("ana", "GPU"): 4, ("bo", "GPU"): 2, ("ana", "vCPU"): 1}
+    assert owners == {("ana", "GPU"): 5, ("bo", "GPU"): 2, ("ana", "vCPU"): 1}
     with pytest.raises(SpecError, match="--by takes cluster, node, owner"):
         _report(fleet, by="team")
 
@@ -189,7 +195,7 @@ def test_buckets_views_and_files(fleet, tmp_path):
     text = report_text(r)
     assert "[GPU]" in text and "[vCPU]" in text and "planned stop" in text
     rows = list(csv.DictReader(write_csv(r, tmp_path / "r.csv").open()))
-    assert len(rows) == 7 and {x["job"] for x in rows} >= {"tf-a", "tf-g"}
+    assert len(rows) == 8 and {x["job"] for x in rows} >= {"tf-a", "tf-g"}
     a = next(x for x in rows if x["job"] == "tf-a")
     assert a["failures_worker_crash"] == "2" and a["infrastructure_failures"] == "3"
     page = write_html(r, tmp_path / "r.html").read_text()

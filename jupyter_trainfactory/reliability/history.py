@@ -50,7 +50,9 @@ class JobHistory:
     of the exposure (by the job's last placement, ranks per node); ``wall_s``,
     ``goodput_s``, ``badput_s``: the goodput account; ``wasted_cost``: cost of all
     badput, ``failure_cost``: the part failures caused, in ``currency``; ``stopped``: a
-    planned stop (``%train stop``, a budget) ended it; ``live``: still in progress.
+    planned stop (``%train stop``, a budget) ended it; ``live``: still in progress and
+    counted up to now; ``silent``: its run is open but its recorder has written nothing
+    for :data:`SILENT_S` (counted up to its last point).
     """
 
     job: str
@@ -78,6 +80,7 @@ class JobHistory:
     currency: str = "USD"
     stopped: bool = False
     live: bool = False
+    silent: bool = False
 
     @property
     def infrastructure_failures(self) -> int:
@@ -107,10 +110,17 @@ def _points(run, keys: tuple[str, ...]) -> dict:
     return {m.key: m for m in objs if m.key in keys}
 
 
-def _exposure_h(run, unit: str, live: bool, now: float) -> float:
-    """Unit-hours held: ``cost/accelerator_hours`` (``cost/vcpu_hours`` for CPU jobs),
-    plus, for a live job, the units held since that point was written; a run without
-    them (no cost meter) counts its wall time times the units it holds."""
+#: A running job whose recorder wrote nothing for this long (s) is not counted up to now
+#: but up to its last point: its driver may be gone without closing its run (the
+#: recorder writes its cost every second).
+SILENT_S = 600.0
+
+
+def _exposure_h(run, unit: str, live: bool, now: float) -> tuple[float, bool]:
+    """``(unit-hours held, counted up to now)``: ``cost/accelerator_hours``
+    (``cost/vcpu_hours`` for CPU jobs), plus, for a live job whose last point is at most
+    :data:`SILENT_S` old, the units held since; a run without them (no cost meter)
+    counts its wall time times the units it holds."""
     key = "cost/vcpu_hours" if unit == "vCPU" else "cost/accelerator_hours"
     points = _points(run, (key, "goodput/wall_s"))
     held = _units_held(run.data.params, unit)
@@ -121,9 +131,9 @@ def _exposure_h(run, unit: str, live: bool, now: float) -> float:
         hours, since = point.value * held / 3600, point.timestamp / 1000
     else:
         hours, since = 0.0, run.info.start_time / 1000
-    if live:
-        hours += held * max(0.0, now - since) / 3600
-    return hours
+    if live and now - since <= SILENT_S:
+        return hours + held * max(0.0, now - since) / 3600, True
+    return hours, False
 
 
 def _nodes(tags: Mapping[str, str], exposure_h: float) -> dict[str, float]:
@@ -145,7 +155,8 @@ def history_from_run(run, experiment: str, now: float) -> JobHistory:
         "gpu" if _float(params.get("gpus_per_worker")) else "cpu"
     )
     unit = UNITS.get(accelerator, accelerator.upper())
-    exposure = _exposure_h(run, unit, live, now)
+    exposure, live = _exposure_h(run, unit, live, now)
+    silent = run.info.status == "RUNNING" and not live
     counts = read_counts(tags)
     failures = [
         Failure(
@@ -186,4 +197,5 @@ def history_from_run(run, experiment: str, now: float) -> JobHistory:
         currency=tags.get(TAG.COST_CURRENCY, "USD"),
         stopped=state == "STOPPED",
         live=live,
+        silent=silent,
     )

@@ -18,7 +18,8 @@ Definitions (the README's "Reliability" section says the same):
 - **ETTR**: goodput over wall time, summed over the jobs (``telemetry.goodput``).
 
 A job counts in the period it started in, with all its failures; one still running is
-counted up to ``now``.
+counted up to ``now`` (up to its last point when its recorder has been silent for
+``history.SILENT_S``).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class GroupStats:
     unit: str
     jobs: int = 0
     live: int = 0
+    silent: int = 0
     exposure_h: float = 0.0
     kinds: dict[str, int] = field(default_factory=dict)
     stops: int = 0
@@ -242,6 +244,7 @@ class ReliabilityReport:
 def _add(stats: GroupStats, job: JobHistory, mttrs: list[float]) -> None:
     stats.jobs += 1
     stats.live += job.live
+    stats.silent += job.silent
     stats.exposure_h += job.exposure_h
     for kind, n in job.kinds.items():
         stats.kinds[kind] = stats.kinds.get(kind, 0) + n

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..spec import SpecError
 from ..tables import format_table
 from ..telemetry.cost import money
+from .history import SILENT_S
 from .kinds import INFRASTRUCTURE, KINDS, USER_ERROR
 
 if TYPE_CHECKING:
@@ -55,6 +56,11 @@ def group_lines(g: GroupStats) -> list[str]:
     """The lines of one unit's figures, each saying what it counts."""
     unit = g.unit
     live = f", {g.live} still running (counted up to now)" if g.live else ""
+    if g.silent:
+        live += (
+            f", {g.silent} open but silent for over {SILENT_S / 60:.0f} min (counted up to"
+            " their last point)"
+        )
     lines = [
         f"exposure:  {g.exposure_days:.4g} {unit}-days ({g.exposure_h:.4g} {unit}-hours held)"
         f" over {g.jobs} job{'s' if g.jobs != 1 else ''}{live}",
