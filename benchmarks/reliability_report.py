@@ -2,7 +2,7 @@
 
 Starts a real MLflow server on SQLite (``services.ensure_services(ray=False)`` in a fresh
 ``TRAINFACTORY_HOME``: a temporary directory, removed at the end), fills it with
-``--runs`` synthetic job runs, then times ``reliability.report.reliability_report``
+``--runs`` synthetic job runs, then times ``fleet.report.reliability_report``
 reading them back through the server's REST API (tracking URI ``http://...``), exactly as
 a user's kernel does: MLflow's search in pages of 1,000, tags, params and latest metrics,
 no metric history.
@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jupyter_trainfactory import tracking  # noqa: E402
-from jupyter_trainfactory.reliability import kinds  # noqa: E402
+from jupyter_trainfactory.fleet import kinds  # noqa: E402
 from jupyter_trainfactory.telemetry.goodput import BADPUT_CATEGORIES  # noqa: E402
 from jupyter_trainfactory.tracking import TAG  # noqa: E402
 
@@ -329,7 +329,7 @@ def _rows(batch: dict, job: dict, exp_id: int, db: Path) -> None:
 def time_report(tracking_uri: str, profile: bool):
     """``(seconds, report)`` of one ``reliability_report`` over every run, read through
     the server at ``tracking_uri``; with ``profile`` prints cProfile's top 25."""
-    from jupyter_trainfactory.reliability.report import reliability_report
+    from jupyter_trainfactory.fleet.report import reliability_report
 
     reader = ServerReader(tracking_uri)
     prof = None

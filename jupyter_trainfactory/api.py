@@ -139,11 +139,11 @@ def reliability(
 ):
     """The fleet's reliability report over everyone's jobs started in ``[since, until)``
     (dates, ``30d`` / ``12h`` ago, or s since the epoch): a
-    :class:`~.reliability.report.ReliabilityReport` (``.text()``, ``.to_csv(path)``,
+    :class:`~.fleet.report.ReliabilityReport` (``.text()``, ``.to_csv(path)``,
     ``.to_html(path)``, ``.figure()``); ``by``: ``cluster``, ``node``, ``owner``,
     ``project`` or ``accelerator``. Raises SpecError for a bad date or ``by``."""
     from .chargeback import parse_since
-    from .reliability.report import reliability_report
+    from .fleet.report import reliability_report
 
     def when(value, option):
         return value if isinstance(value, (int, float)) else parse_since(value, option)

@@ -14,7 +14,7 @@ import shlex
 from typing import Any
 
 from .chargeback import GROUPS, SORT_KEYS
-from .reliability.report import GROUPS as RELIABILITY_GROUPS
+from .fleet.report import GROUPS as RELIABILITY_GROUPS
 from .spec import JobSpec, cli_default, launch_options
 
 __all__ = [

@@ -149,8 +149,8 @@ def reliability_text(manager, ns, now: float | None = None) -> tuple[str, object
     """Run ``reliability``: the report's text (and the files ``--csv`` / ``--html`` name)
     and the report itself."""
     from .chargeback import parse_since
-    from .reliability.report import reliability_report
-    from .reliability.views import report_text, write_csv, write_html
+    from .fleet.report import reliability_report
+    from .fleet.views import report_text, write_csv, write_html
 
     report = reliability_report(
         manager,

@@ -367,7 +367,7 @@ class TrainMagics(Magics, Configurable):
             from IPython.display import display
 
             from .dashboard.plots import _plot_class
-            from .reliability.views import figure
+            from .fleet.views import figure
 
             display(_plot_class()(figure(report)))
         return report

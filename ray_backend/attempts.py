@@ -114,7 +114,7 @@ class Attempts:
         """Rank ``rank`` failed with ``error`` (its last line), detected at ``now``;
         ``kind``: ``failure`` or ``preemption``; ``detail``: type, message, traceback;
         ``cause``: why, when this job caused it (a stall restart, a chaos request), and
-        ``by``: which (``reliability.kinds.BY_*``), for the failure's kind.
+        ``by``: which (``fleet.kinds.BY_*``), for the failure's kind.
 
         The failure's time is the job's last sign of life: the failing rank's last
         telemetry (sent at least every 2 s) or a later step of another rank.

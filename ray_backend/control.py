@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from jupyter_trainfactory.reliability.kinds import BY_CHAOS_NODE, BY_CHAOS_WORKER
+from jupyter_trainfactory.fleet.kinds import BY_CHAOS_NODE, BY_CHAOS_WORKER
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.decisions import Decision
 from ray_backend.protocol import StopPoint, StopReply
@@ -208,7 +208,7 @@ class ChaosControl:
         return None if request is None else f"killed by chaos request {request}"
 
     def kind(self, pid: int | None) -> str | None:
-        """``chaos-node`` or ``chaos`` (``reliability.kinds.BY_*``) for a process a node
+        """``chaos-node`` or ``chaos`` (``fleet.kinds.BY_*``) for a process a node
         or a rank request killed, else None."""
         request = self._killed.get(pid) if pid is not None else None
         if request is None:

@@ -13,8 +13,8 @@ import json
 import time
 from typing import Any
 
-from jupyter_trainfactory.reliability.kinds import BY_STALL
-from jupyter_trainfactory.reliability.records import failure_tags
+from jupyter_trainfactory.fleet.kinds import BY_STALL
+from jupyter_trainfactory.fleet.records import failure_tags
 from jupyter_trainfactory.telemetry.goodput import TIMELINE_TAG
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.attempts import Attempts

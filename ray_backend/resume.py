@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jupyter_trainfactory.reliability.records import read_counts, read_records
+from jupyter_trainfactory.fleet.records import read_counts, read_records
 from jupyter_trainfactory.telemetry.keys import NOT_STEPPED as _NOT_STEPPED
 from jupyter_trainfactory.tracking import TAG
 
@@ -26,7 +26,7 @@ class Previous:
     ``train/samples``; ``report_step``: the last report's step; ``checkpoint_step``: the
     last reported checkpoint's; ``train_offset``, ``train_before``: the last ``train/*``
     step and the ``train/samples`` and ``train/tokens`` totals; ``saves``: checkpoint saves;
-    ``failure_records``, ``failure_counts``: the failure log (``reliability.records``).
+    ``failure_records``, ``failure_counts``: the failure log (``fleet.records``).
     """
 
     last_steps: dict[str, int] = field(default_factory=dict)

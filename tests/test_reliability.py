@@ -11,10 +11,10 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from jupyter_trainfactory.reliability.kinds import classify
-from jupyter_trainfactory.reliability.report import MIN_RATE_DAYS, Rate, reliability_report
-from jupyter_trainfactory.reliability.stats import poisson_interval
-from jupyter_trainfactory.reliability.views import report_text, summary_line, write_csv, write_html
+from jupyter_trainfactory.fleet.kinds import classify
+from jupyter_trainfactory.fleet.report import MIN_RATE_DAYS, Rate, reliability_report
+from jupyter_trainfactory.fleet.stats import poisson_interval
+from jupyter_trainfactory.fleet.views import report_text, summary_line, write_csv, write_html
 from jupyter_trainfactory.spec import SpecError
 from jupyter_trainfactory.tracking import TAG
 
@@ -219,3 +219,11 @@ def test_poisson_interval_edges():
     assert poisson_interval(1) == (pytest.approx(0.0253, abs=1e-4), pytest.approx(5.5716, abs=1e-4))
     with pytest.raises(ValueError):
         poisson_interval(-1)
+
+
+def test_the_api_function_is_not_shadowed_by_the_package():
+    import jupyter_trainfactory
+    import jupyter_trainfactory.fleet.report  # noqa: F401  (ray_backend imports it too)
+    from jupyter_trainfactory import api
+
+    assert jupyter_trainfactory.reliability is api.reliability

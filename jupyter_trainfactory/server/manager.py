@@ -267,7 +267,7 @@ class TrainingJobsManager:
         :data:`RELIABILITY_TTL_S` per ``since_text``; ServiceUnavailable without services."""
 
         def read() -> ReliabilityModel:
-            from ..reliability.report import reliability_report
+            from ..fleet.report import reliability_report
 
             report = reliability_report(self._job_manager(), since=since)
             return {"since_text": since_text, **report.summary()}

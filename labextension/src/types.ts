@@ -75,7 +75,7 @@ export interface IReliabilityUnit {
 
 /**
  * `GET trainfactory/reliability?since=30d`: the fleet's reliability over the jobs started
- * in the period (jupyter_trainfactory/reliability/report.py `summary()`).
+ * in the period (jupyter_trainfactory/fleet/report.py `summary()`).
  */
 export interface IReliability {
   /** The period as asked (`30d`, `12h`, a date; '' for every job). */
