@@ -34,7 +34,13 @@ def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
         train_fns.fault_loop,
         workers=1,
         max_failures=1,
-        config={"steps": 400, "every": 10, "fail_step": -1, "marker": str(tmp_path / "m")},
+        config={
+            "steps": 400,
+            "every": 10,
+            "fail_step": -1,
+            "marker": str(tmp_path / "m"),
+            "sleep": 0.1,
+        },
         experiment=experiment,
     )
     failing = launch(train_fns.failing_loop, workers=1, max_failures=0, experiment=experiment)
