@@ -10,8 +10,8 @@ from typing import Any
 
 from ..jobstate import job_state
 from ..tracking import TAG
-from .kinds import INFRASTRUCTURE, UNCLASSIFIED
-from .records import read_counts, read_records
+from .kinds import INFRASTRUCTURE
+from .records import read_counts, read_records, record_kind
 
 __all__ = ["Failure", "JobHistory", "UNITS", "history_from_run"]
 
@@ -161,7 +161,7 @@ def history_from_run(run, experiment: str, now: float) -> JobHistory:
     failures = [
         Failure(
             time=_float(r.get("time")),
-            kind=r.get("kind") if r.get("kind") != "failure" else UNCLASSIFIED,
+            kind=record_kind(r),
             node=str(r.get("node") or ""),
             mttr_s=None if r.get("mttr_s") is None else _float(r["mttr_s"]),
             steps_lost=r.get("steps_lost"),

@@ -22,7 +22,14 @@ from typing import Any
 from ..tracking import TAG
 from .kinds import PREEMPTION, UNCLASSIFIED, classify
 
-__all__ = ["COUNTS_TAG", "RECORDS_TAG", "failure_tags", "read_counts", "read_records"]
+__all__ = [
+    "COUNTS_TAG",
+    "RECORDS_TAG",
+    "failure_tags",
+    "read_counts",
+    "read_records",
+    "record_kind",
+]
 
 RECORDS_TAG = TAG.FAILURES
 COUNTS_TAG = TAG.FAULT_COUNTS
@@ -67,6 +74,12 @@ def failure_tags(
     return {RECORDS_TAG: text, COUNTS_TAG: json.dumps(counts)}
 
 
+def record_kind(record: Mapping[str, Any]) -> str:
+    """A record's kind; ``failure`` (written before kinds were) reads as ``unclassified``."""
+    kind = str(record.get("kind") or UNCLASSIFIED)
+    return UNCLASSIFIED if kind == "failure" else kind
+
+
 def read_records(tags: Mapping[str, str]) -> list[dict[str, Any]]:
     """The failure records of a run's tags (``[]`` when none or unreadable)."""
     try:
@@ -88,7 +101,7 @@ def read_counts(tags: Mapping[str, str]) -> dict[str, Any]:
         return {"kinds": dict(counts.get("kinds") or {}), "nodes": dict(counts.get("nodes") or {})}
     out: dict[str, Any] = {"kinds": {}, "nodes": {}}
     for r in read_records(tags):
-        kind = r.get("kind") if r.get("kind") != "failure" else UNCLASSIFIED
+        kind = record_kind(r)
         out["kinds"][kind] = out["kinds"].get(kind, 0) + 1
         if r.get("node"):
             per = out["nodes"].setdefault(r["node"], {})
