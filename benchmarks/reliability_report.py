@@ -5,7 +5,8 @@ Starts a real MLflow server on SQLite (``services.ensure_services(ray=False)`` i
 ``--runs`` synthetic job runs, then times ``fleet.report.reliability_report``
 reading them back through the server's REST API (tracking URI ``http://...``), exactly as
 a user's kernel does: MLflow's search in pages of 1,000, tags, params and latest metrics,
-no metric history.
+no metric history, eight time slices two at a time against the server's two workers,
+each page's JSON read as it is (``fleet.rest_runs``).
 
 The runs are what the recorder leaves in a run when a job ends: the tags (job id, owner,
 project, cluster, state, the failure log and its counts, the placement, the device,

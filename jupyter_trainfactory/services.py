@@ -53,6 +53,10 @@ OBJECT_STORE_ENV = "TRAINFACTORY_RAY_OBJECT_STORE_MB"
 #: Ray refuses an object store under 75 MiB (``OBJECT_STORE_MINIMUM_MEMORY_BYTES``).
 _MIN_OBJECT_STORE_MB = 75
 HOST = "127.0.0.1"
+#: Worker processes of the MLflow server: two, so that a report's parallel reads of
+#: the fleet's runs (``runreads.search_job_runs_sliced``) are served at once while a
+#: job's recorder writes; SQLite in WAL mode lets readers and one writer go together.
+MLFLOW_WORKERS = 2
 #: Ray refuses Unix socket paths longer than 107 bytes (``sockaddr_un.sun_path``);
 #: its session directory adds about 70 bytes below ``--temp-dir``.
 _MAX_RAY_TEMP_DIR = 36
@@ -313,7 +317,7 @@ def _start_mlflow(home: Path) -> ServiceProcess:
         "--port",
         str(port),
         "--workers",
-        "1",
+        str(MLFLOW_WORKERS),
         "--backend-store-uri",
         f"sqlite:///{db}",
         "--artifacts-destination",

@@ -11,8 +11,11 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from jupyter_trainfactory import runreads
+from jupyter_trainfactory.fleet.history import history_from_run
 from jupyter_trainfactory.fleet.kinds import classify
 from jupyter_trainfactory.fleet.report import MIN_RATE_DAYS, Rate, reliability_report
+from jupyter_trainfactory.fleet.rest_runs import page_reader, run_view
 from jupyter_trainfactory.fleet.stats import poisson_interval
 from jupyter_trainfactory.fleet.views import report_text, summary_line, write_csv, write_html
 from jupyter_trainfactory.spec import SpecError
@@ -200,6 +203,35 @@ def test_buckets_views_and_files(fleet, tmp_path):
     assert a["failures_worker_crash"] == "2" and a["infrastructure_failures"] == "3"
     page = write_html(r, tmp_path / "r.html").read_text()
     assert "cdn.bokeh.org" not in page and "Bokeh" in page and "lemon node" in page
+
+
+def test_sliced_search_reads_every_run_once_newest_first(fleet):
+    client = fleet.mlflow_client
+    ids = [client.get_experiment_by_name("fleet").experiment_id]
+    # ten one-day slices: d, b and g start exactly on a slice's edge
+    runs = runreads.search_job_runs_sliced(client, ids, T0, NOW, threads=2, slices_per_thread=5)
+    names = [r.info.run_name for r in runs]
+    assert sorted(names) == sorted("abcdefgs") and len(names) == 8
+    starts = [r.info.start_time for r in runs]
+    assert starts == sorted(starts, reverse=True)
+    everything = runreads.search_job_runs_sliced(client, ids, None, NOW)
+    assert sorted(r.info.run_name for r in everything) == sorted("abcdefgsz")
+    assert runreads.search_job_runs_sliced(client, ids, NOW, NOW + DAY) == []
+
+
+def test_a_run_read_from_the_rest_json_gives_the_same_history(fleet):
+    """The REST path (``rest_runs``) reads the JSON the server writes for a search
+    (``message_to_json`` of the run's proto, what MLflow's handler returns)."""
+    from mlflow.utils.proto_json_utils import message_to_json
+
+    client = fleet.mlflow_client
+    runs = runreads.search_job_runs(client, max_results=100)
+    assert len(runs) == 9
+    for run in runs:
+        view = run_view(json.loads(message_to_json(run.to_proto())))
+        assert history_from_run(view, "fleet", NOW) == history_from_run(run, "fleet", NOW)
+    assert page_reader(client) is None  # a SQLite store: the client's own search
+    assert page_reader(MlflowClient("http://127.0.0.1:1")) is not None
 
 
 def test_classify_failure_kinds():

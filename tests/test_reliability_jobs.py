@@ -12,6 +12,7 @@ import pytest
 import train_fns
 
 from jupyter_trainfactory import launch, reliability
+from jupyter_trainfactory.fleet import rest_runs
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
 pytestmark = pytest.mark.job
@@ -26,7 +27,7 @@ def _wait_for(predicate, timeout, what):
 
 @pytest.mark.timeout(420)
 def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
-    manager, mlflow_client, tmp_path
+    manager, mlflow_client, tmp_path, monkeypatch
 ):
     experiment = f"reliability-{uuid.uuid4().hex[:8]}"
     since = time.time() - 1
@@ -86,6 +87,11 @@ def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
     assert cli.returncode == 0, cli.stderr
     again = reliability(since=_parse(_iso(since)), until=_parse(_iso(until)), experiment=experiment)
     assert cli.stdout.strip() == again.text().strip()
+    # the REST search's JSON (the server's path) and the client's entities read the same
+    assert rest_runs.page_reader(mlflow_client) is not None
+    monkeypatch.setattr(rest_runs, "page_reader", lambda client: None)
+    by_client = reliability(since=since, until=until, experiment=experiment)
+    assert by_client.jobs == report.jobs and by_client.text() == report.text()
 
 
 def _iso(t: float) -> str:

@@ -369,14 +369,16 @@ def read_histories(
 ) -> list[JobHistory]:
     """Every job run (everyone's) started in ``[since, until)`` at the manager's tracking
     server, through MLflow's search in pages of 1,000 (tags, params and latest metrics
-    only). Raises SpecError when ``experiment`` does not exist."""
+    only), its time slices read in parallel (``runreads.search_job_runs_sliced``),
+    straight from the REST search's JSON on an http(s) server (``rest_runs``).
+    Raises SpecError when ``experiment`` does not exist."""
     from .. import runreads
+    from . import rest_runs
 
     client = manager.mlflow_client
     ids = manager.experiment_ids(experiment)
-    runs = runreads.search_job_runs(
-        client, None, 10**9, experiment_ids=ids, since=since, until=until
-    )
+    pages = rest_runs.page_reader(client)
+    runs = runreads.search_job_runs_sliced(client, ids, since, until, pages=pages)
     names: dict[str, str] = {}
     out = []
     for run in runs:
