@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["attach", "launch", "list_jobs", "load_ipython_extension", "reliability"]
+__all__ = ["attach", "health", "launch", "list_jobs", "load_ipython_extension", "reliability"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("launch", "attach", "list_jobs", "get_manager", "reliability"):
+    if name in ("launch", "attach", "list_jobs", "get_manager", "reliability", "health"):
         from . import api
 
         return getattr(api, name)

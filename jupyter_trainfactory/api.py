@@ -10,7 +10,7 @@ from typing import Any
 from .jobs import Job, JobInfo, JobManager
 from .spec import JobSpec
 
-__all__ = ["attach", "get_manager", "launch", "list_jobs", "reliability"]
+__all__ = ["attach", "get_manager", "health", "launch", "list_jobs", "reliability"]
 
 _managers: dict[tuple, JobManager] = {}
 
@@ -155,3 +155,27 @@ def reliability(
         experiment=experiment,
         by=by,
     )
+
+
+def health(
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    timeout: float = 30.0,
+):
+    """Check every alive node of the cluster before a job uses it: NVML readable, GPU
+    count and model against what Ray advertises, uncorrected ECC errors, pending or
+    failed row remaps (retired pages), clock throttle reasons, PCIe link, driver version
+    consistency, available memory and free disk in the Ray temp dir and ``storage``
+    (default: the target's storage path). Runs as one short Ray job, one task per node,
+    each given ``timeout`` seconds.
+
+    Returns a :class:`~.nodehealth.report.HealthReport` (``.healthy``, ``.unhealthy``,
+    ``.text()``, ``.rows()``, ``.to_dict()``). A field a device lacks is ``"n/a"``, never
+    a pass. Raises SpecError when the cluster does not answer or the job does not finish.
+    """
+    from .nodehealth.node import run_health
+    from .nodehealth.report import build_report
+
+    manager = get_manager(address, tracking_uri, storage)
+    return build_report(manager.cluster(settle_s=5.0), run_health(manager, timeout_s=timeout))

@@ -224,10 +224,24 @@ def _add_job_views(sub) -> None:
 
 
 def _add_cluster(sub) -> None:
-    """``cluster``, ``services`` and ``help``."""
+    """``cluster``, ``health``, ``services`` and ``help``."""
     cluster = sub.add_parser(
         "cluster", help="a cluster's versions, nodes, resources and labels; keep its token"
     )
+    health = sub.add_parser(
+        "health", help="check every node (GPUs by NVML, memory, disk) before a job uses it"
+    )
+    health.add_argument(
+        "--storage", metavar="PATH", help="the job storage path to check (default: the target's)"
+    )
+    health.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long each node's checks may take (default 30)",
+    )
+    _add_target(health)
     cluster.add_argument(
         "--token-file",
         metavar="FILE",
@@ -265,7 +279,7 @@ def parse(
     if ns is None or ns.command is None:
         raise CommandError(
             "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
-            " register, costs, reliability, gc or services."
+            " register, costs, reliability, gc, cluster, health or services."
         )
     if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")

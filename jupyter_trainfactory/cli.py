@@ -26,6 +26,7 @@ from .commands import (
     format_status,
     format_table,
     gc_text,
+    health_text,
     is_service_error,
     register_from_args,
     register_text,
@@ -177,6 +178,12 @@ def _gc(ns) -> int:
     return 0
 
 
+def _health(ns) -> int:
+    text, report = health_text(api.get_manager(ns.address, ns.tracking_uri, ns.storage), ns)
+    print(text)
+    return 0 if report.healthy else 1
+
+
 def _services(ns) -> int:
     print(services_text(ns.action))
     return 0
@@ -204,6 +211,7 @@ _COMMANDS = {
     "gc": _gc,
     "services": _services,
     "cluster": _cluster,
+    "health": _health,
 }
 
 

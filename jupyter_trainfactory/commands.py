@@ -23,6 +23,7 @@ __all__ = [
     "reliability_text",
     "default_job",
     "gc_text",
+    "health_text",
     "register_from_args",
     "register_text",
     "split_inputs",
@@ -128,6 +129,18 @@ def cluster_text(manager_for, ns, stdin=None) -> str:
     manager = manager_for(ns)
     python = "{}.{}.{}".format(*sys.version_info[:3])
     return saved + summary_text(manager.cluster(settle_s=5.0), ray.__version__, python)
+
+
+def health_text(manager, ns) -> tuple[str, object]:
+    """Run ``health``: every node's checks (:func:`~.nodehealth.node.run_health`) and the
+    report's table and verdicts; returns the text and the
+    :class:`~.nodehealth.report.HealthReport`."""
+    from .nodehealth.node import run_health
+    from .nodehealth.report import build_report
+
+    cluster = manager.cluster(settle_s=5.0)
+    report = build_report(cluster, run_health(manager, timeout_s=ns.timeout))
+    return report.text(), report
 
 
 def costs_text(manager, ns) -> str:

@@ -32,6 +32,7 @@ from .commands import (
     format_status,
     format_table,
     gc_text,
+    health_text,
     is_service_error,
     register_from_args,
     register_text,
@@ -158,6 +159,7 @@ class TrainMagics(Magics, Configurable):
     In [7]: %train register --name digits --alias champion --model-fn build_model
     In [8]: %train costs --by owner --since 7d
     In [9]: %train reliability --since 30d --by cluster --html report.html
+    In [10]: %train health
     """
 
     address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
@@ -380,6 +382,17 @@ class TrainMagics(Magics, Configurable):
 
     def _cmd_cluster(self, ns) -> None:
         print(cluster_text(self._manager, ns))
+
+    def _cmd_health(self, ns):
+        d = self._defaults()
+        manager = api.get_manager(
+            ns.address or d["address"],
+            ns.tracking_uri or d["tracking_uri"],
+            ns.storage or d["storage"],
+        )
+        text, report = health_text(manager, ns)
+        print(text)
+        return report
 
     def _cmd_services(self, ns) -> None:
         # A cached manager notices stopped services itself (api.get_manager).
