@@ -425,3 +425,11 @@ def test_every_door_has_health():
     from jupyter_trainfactory import cli, magics
 
     assert "health" in cli._COMMANDS and hasattr(magics.TrainMagics, "_cmd_health")
+
+
+def test_the_cli_help_of_health_names_its_options(capsys):
+    from jupyter_trainfactory import cli
+
+    assert cli.main(["help", "health"]) == 0
+    out = capsys.readouterr().out
+    assert "--address" in out and "--storage" in out and "--timeout" in out

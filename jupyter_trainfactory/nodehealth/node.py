@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -110,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     storage = argv[0] if argv and argv[0] != "-" else None
     timeout_s = float(argv[1]) if len(argv) > 1 else TASK_TIMEOUT_S
+    # run as __main__, this module's functions would be pickled by value: use the package's
+    from jupyter_trainfactory.nodehealth import node
+
     ray.init(logging_level=logging.WARNING, log_to_driver=False)
-    print(MARKER + json.dumps(check_all_nodes(storage, timeout_s)), flush=True)
+    print(MARKER + json.dumps(node.check_all_nodes(storage, timeout_s)), flush=True)
     return 0
 
 
@@ -145,7 +149,7 @@ def run_health(manager, timeout_s: float = TASK_TIMEOUT_S) -> dict[str, Any]:
     if manager.ray.local:  # the embedded head's GCS; not "auto": another head may run here
         env_vars["RAY_ADDRESS"] = manager.ray.services.ray_address
     python = sys.executable if manager.local else "python"
-    storage = manager.storage or "-"
+    storage = shlex.quote(manager.storage or "-")
     submission = f"trainfactory-health-{uuid.uuid4().hex[:8]}"
     try:
         client.submit_job(
