@@ -69,13 +69,17 @@ def _content_digest(path):
 
 
 @pytest.mark.timeout(240)
-def test_a_ray_data_loop_is_fed_measured_and_recorded(services, manager, mlflow_client, tmp_path):
+def test_a_ray_data_loop_is_fed_measured_and_recorded(manager, mlflow_client, tmp_path):
     import ray
 
+    from jupyter_trainfactory.services import ensure_services
+
     csv = _write_csv(tmp_path)
-    env = services.client_env()  # the notebook's Ray: the embedded head, with its token
+    # the notebook's Ray: the embedded head the manager uses now (ensure_services also
+    # gives this process its token), not the session fixture's, should it have restarted
+    services = ensure_services()
     with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
+        for key, value in services.client_env().items():
             mp.setenv(key, value)
         ray.init(address=services.ray_address, logging_level="WARNING", log_to_driver=False)
         try:
