@@ -7,8 +7,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from .datasets import check_datasets
 from .jobs import Job, JobInfo, JobManager
 from .spec import JobSpec
+from .trainers import is_torch_trainer, merge_options, trainer_parts
 
 __all__ = ["attach", "get_manager", "health", "launch", "list_jobs", "reliability"]
 
@@ -27,7 +29,7 @@ def get_manager(
 
 
 def launch(
-    fn: Callable[[dict], Any],
+    fn: Callable[[dict], Any] | Any,
     workers: int = 2,
     config: dict | None = None,
     *,
@@ -61,10 +63,21 @@ def launch(
     target_steps: int | None = None,
     inputs: dict[str, Any] | None = None,
     model_fn: Callable[[str], Any] | None = None,
+    datasets: dict[str, Any] | None = None,
+    dataset_config: str | list[str] | None = None,
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
-    ``fn`` is ordinary Ray Train code taking one ``config`` dict. Returns a :class:`Job`
+    ``fn`` is ordinary Ray Train code taking one ``config`` dict, or a
+    ``ray.train.torch.TorchTrainer`` built in the notebook: its loop, loop config,
+    scaling config, failure and checkpoint settings and datasets become the job's, and
+    each argument given here other than its default overrides the trainer's
+    (:mod:`.trainers`). ``datasets`` (name -> a Ray ``Dataset`` such as
+    ``ray.data.read_csv(path)``, or a function of no arguments returning one) are built
+    in the job's driver for ``TorchTrainer(datasets=...)``, so each worker's
+    ``ray.train.get_dataset_shard(name)`` works; ``dataset_config`` (``split=all``,
+    ``split=none``, ``split=train`` or a list of names) says which are split among the
+    workers (Ray's ``DataConfig(datasets_to_split=...)``). Returns a :class:`Job`
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
     ``job.dashboard()``). ``accelerator`` (``gpu``, ``npu``, ``hpu``, ``cpu``) names
     what ``gpus_per_worker`` counts; ``resources`` adds custom Ray resources per worker;
@@ -83,7 +96,10 @@ def launch(
     Raises
     ------
     SpecError
-        Bad input, an unreachable cluster, or resources the cluster can never provide.
+        Bad input (``fn`` neither a function nor a TorchTrainer, a dataset that is
+        neither a Dataset nor a function of no arguments, or one reading a local file
+        that does not exist), an unreachable cluster, or resources the cluster can
+        never provide.
 
     Examples
     --------
@@ -93,13 +109,17 @@ def launch(
     Out[3]: 'SUCCEEDED'
     """
     arguments = locals()
-    spec = JobSpec(
-        function_name=getattr(fn, "__name__", "train"),
-        **{name: arguments[name] for name in _SPEC_PARAMETERS},
-        config=dict(config or {}),
-    )
+    values = {name: arguments[name] for name in _SPEC_PARAMETERS}
+    values["config"] = dict(config or {})
+    if is_torch_trainer(fn) or not callable(fn):
+        parts = trainer_parts(fn)  # SpecError for what is neither function nor trainer
+        defaults = {n: p.default for n, p in inspect.signature(launch).parameters.items()}
+        values = merge_options(parts.options, values, {**defaults, "config": {}})
+        fn, datasets = parts.fn, {**parts.datasets, **(datasets or {})}  # given NAME wins
+    spec = JobSpec(function_name=getattr(fn, "__name__", "train"), **values)
+    check_datasets(datasets, spec.dataset_config)  # before any service starts
     return get_manager(address, tracking_uri, storage).submit(
-        fn, spec, inputs=inputs, model_fn=model_fn
+        fn, spec, inputs=inputs, model_fn=model_fn, datasets=datasets
     )
 
 

@@ -16,11 +16,14 @@ from typing import Any
 from .chargeback import GROUPS, SORT_KEYS
 from .fleet.report import GROUPS as RELIABILITY_GROUPS
 from .spec import JobSpec, cli_default, launch_options
+from .trainers import merge_options
 
 __all__ = [
     "CommandError",
     "HelpShown",
     "build_parser",
+    "config_from_args",
+    "datasets_from_args",
     "help_text",
     "parse",
     "spec_from_args",
@@ -87,9 +90,22 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
 def _add_launch(sub, launch_target: str) -> None:
     launch = sub.add_parser("launch", help="start a training job")
     launch.add_argument(
-        "target", metavar=launch_target, help="the training function: takes one config dict"
+        "target",
+        metavar=launch_target,
+        help="the training function (takes one config dict), or a ray.train.torch.TorchTrainer"
+        " whose loop, configs and datasets the job takes (options given override them)",
     )
     _add_spec_options(launch, shared=False)
+    launch.add_argument(
+        "--dataset",
+        dest="datasets",
+        action="append",
+        default=[],
+        metavar="NAME=EXPR",
+        help="a Ray Data dataset for ray.train.get_dataset_shard(NAME): EXPR is a Python"
+        " expression giving a Dataset or a function of no arguments returning one, built"
+        " in the job's driver (quote it: --dataset train=\"ray.data.read_csv('d.csv')\")",
+    )
     launch.add_argument(
         "--input",
         dest="inputs",
@@ -341,18 +357,45 @@ def config_from_args(text: str | None, namespace: dict[str, Any]) -> dict[str, A
     return config
 
 
+def datasets_from_args(items: list[str], namespace: dict[str, Any]) -> dict[str, Any]:
+    """The datasets ``--dataset NAME=EXPR`` gives: each EXPR evaluated in ``namespace``
+    (the notebook's, or the function's module on the command line), in order; ``{}``
+    without one. Raises CommandError (one sentence) for an item without ``NAME=``, a name
+    given twice, or an EXPR that fails; what it gives is checked at submission
+    (``datasets.check_datasets``)."""
+    datasets: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, text = str(item).partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier() or not text.strip():
+            raise CommandError(f"--dataset takes NAME=EXPR, got {item!r}.")
+        if name in datasets:
+            raise CommandError(f"--dataset {name} is given twice.")
+        try:
+            datasets[name] = eval(text, namespace)  # noqa: S307 (the user's own expression)
+        except Exception as exc:
+            detail = (str(exc).strip().splitlines() or [""])[0]
+            raise CommandError(
+                f"--dataset {name}={text} failed: {type(exc).__name__}: {detail}"
+            ) from None
+    return datasets
+
+
 def spec_from_args(
     ns: argparse.Namespace,
     function_name: str,
     config: dict[str, Any],
     source: str,
     defaults: dict[str, Any] | None = None,
+    trainer: dict[str, Any] | None = None,
 ) -> JobSpec:
     """A validated JobSpec from parsed ``launch`` options.
 
     ``config`` is the evaluated ``--config``; ``defaults`` (``{"experiment": ...}``) fill
     the session options the line leaves unset, and an option still unset (None) takes
-    the JobSpec's default. Raises SpecError (one sentence)."""
+    the JobSpec's default. ``trainer`` (``trainers.TrainerParts.options``) fills the
+    options the line leaves at their default (``trainers.merge_options``). Raises
+    SpecError (one sentence)."""
     defaults = defaults or {}
     values: dict[str, Any] = {}
     for spec_field, option in launch_options():
@@ -362,4 +405,7 @@ def spec_from_args(
         if value is not None:
             values[spec_field.name] = value
     values["config"] = config
+    if trainer:
+        unset = {f.name: cli_default(f, o) for f, o in launch_options()}
+        values = merge_options(trainer, values, {**unset, "config": {}})
     return JobSpec(function_name=function_name, source=source, **values)

@@ -14,6 +14,7 @@ from .arguments import (
     HelpShown,
     build_parser,
     config_from_args,
+    datasets_from_args,
     help_text,
     parse,
     spec_from_args,
@@ -91,11 +92,13 @@ def _help(ns) -> int:
 
 def _launch(ns) -> int:
     fn, source = load_function(ns.target)
-    config = config_from_args(ns.config, vars(sys.modules[fn.__module__]))
+    namespace = vars(sys.modules[fn.__module__])
+    config = config_from_args(ns.config, namespace)
+    datasets = datasets_from_args(ns.datasets, namespace)
     spec = spec_from_args(ns, fn.__name__, config, source)
     model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
     job = api.get_manager(ns.address, ns.tracking_uri, ns.storage).submit(
-        fn, spec, inputs=split_inputs(ns.inputs), model_fn=model_fn
+        fn, spec, inputs=split_inputs(ns.inputs), model_fn=model_fn, datasets=datasets
     )
     info = job.info()
     print(f"job {job.id} submitted; MLflow run: {info.run_url or job.run_id}")

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import runreads, submission, tracking
 from .cluster import ClusterInfo, Placement, check_job, resolve_address
+from .datasets import check_datasets, describe, lineage_tags, pack
 from .errors import JobNotFound, TrackingUnreachable
 from .job import Job
 from .joblogs import JobLogs
@@ -142,8 +143,15 @@ class JobManager:
         spec: JobSpec,
         inputs: dict[str, Any] | None = None,
         model_fn: Callable[[str], Any] | None = None,
+        datasets: dict[str, Any] | None = None,
     ) -> Job:
         """Validate, create the MLflow run, and submit ``fn`` as a detached Ray job.
+
+        ``datasets`` (name -> Ray Dataset, or a function of no arguments returning one)
+        are built in the job's driver and given to ``TorchTrainer(datasets=...)``; the
+        run records each (tags ``trainfactory.dataset.<name>`` and its inputs: source
+        files, digest, schema and rows where known without executing,
+        :func:`.datasets.describe`).
 
         ``inputs`` (name -> array, local path or URI) are recorded as the run's datasets
         with a digest (``lineage.digest_input``); ``model_fn(checkpoint_dir)`` rebuilds the
@@ -168,6 +176,9 @@ class JobManager:
             raise SpecError(f"model_fn must be a function, got {type(model_fn).__name__}.")
         spec.validate()
         data = _digest_inputs(inputs or {})
+        datasets = check_datasets(datasets, spec.dataset_config)
+        described = [describe(name, value) for name, value in datasets.items()]
+        datasets = pack(datasets)
         placement = self.check(spec)
 
         job_id = submission.new_job_id()
@@ -178,10 +189,11 @@ class JobManager:
         tags = submission.opening_tags(
             job_id, spec, self.address, self.ray.local_head(), code.tags(), data
         )
+        tags.update(lineage_tags(described))
         shown_meta, redacted = redact.redact_mapping(json.loads(json.dumps(meta, default=repr)))
         if redacted:
             tags[TAG.REDACTED] = json.dumps(redacted)[:5000]
-        payload = write_payload(job_id, fn, model_fn, spec.config)
+        payload = write_payload(job_id, fn, model_fn, spec.config, datasets)
         try:
             run = tracking.create_job_run(
                 self.mlflow_client,
@@ -198,7 +210,7 @@ class JobManager:
         run_id = meta["run_id"] = shown_meta["run_id"] = run.info.run_id
         shown_meta["redacted"] = redacted
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
-        self._record_code(run_id, source, code.git_diff, data)
+        self._record_code(run_id, source, code.git_diff, data + described)
         log_payload(self.mlflow_client, run_id, payload, shown_meta)
         try:
             self._submit(job_id, f"{job_id}-0", run_id, spec, payload)

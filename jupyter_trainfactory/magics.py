@@ -19,6 +19,7 @@ from .arguments import (
     HelpShown,
     build_parser,
     config_from_args,
+    datasets_from_args,
     help_text,
     parse,
     spec_from_args,
@@ -42,9 +43,11 @@ from .commands import (
     still_running_text,
     stop_text,
 )
+from .datasets import check_datasets
 from .jobs import JobNotFound
 from .services import ServiceError
 from .spec import SpecError
+from .trainers import is_torch_trainer, trainer_parts
 
 __all__ = ["TrainMagics", "expand_variables"]
 
@@ -152,14 +155,17 @@ class TrainMagics(Magics, Configurable):
     --------
     In [1]: %load_ext jupyter_trainfactory
     In [2]: job = %train launch train --workers 2 --config "{'epochs': 5}"
-    In [3]: %train status
-    In [4]: %train logs --tail 20
-    In [5]: %train stop
-    In [6]: %train resume
-    In [7]: %train register --name digits --alias champion --model-fn build_model
-    In [8]: %train costs --by owner --since 7d
-    In [9]: %train reliability --since 30d --by cluster --html report.html
-    In [10]: %train health
+    In [3]: train_ds = ray.data.read_csv("/data/train.csv")
+    In [4]: job = %train launch train_func --dataset train=train_ds --dataset-config split=train
+    In [5]: job = %train launch trainer --workers 1   # a TorchTrainer; --workers overrides
+    In [6]: %train status
+    In [7]: %train logs --tail 20
+    In [8]: %train stop
+    In [9]: %train resume
+    In [10]: %train register --name digits --alias champion --model-fn build_model
+    In [11]: %train costs --by owner --since 7d
+    In [12]: %train reliability --since 30d --by cluster --html report.html
+    In [13]: %train health
     """
 
     address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
@@ -277,15 +283,40 @@ class TrainMagics(Magics, Configurable):
                 inputs[name] = value
         return inputs
 
+    def _launch_target(self, name: str):
+        """FUNC, or a TorchTrainer: ``(function, its name, trainer's TrainerParts or None)``."""
+        user_ns = self.shell.user_ns
+        if name not in user_ns:
+            raise CommandError(
+                f"{name!r} is not defined in this notebook; define the training function"
+                " (or TorchTrainer) first."
+            )
+        target = user_ns[name]
+        if callable(target) and not is_torch_trainer(target):
+            return target, name, None
+        parts = trainer_parts(target, name)  # SpecError: neither a function nor a TorchTrainer
+        return parts.fn, getattr(parts.fn, "__name__", name), parts
+
     def _cmd_launch(self, ns):
         user_ns = self.shell.user_ns
-        fn = self._function(ns.target, "training function")
+        fn, fn_name, trainer = self._launch_target(ns.target)
         model_fn = self._function(ns.model_fn, "model_fn") if ns.model_fn else None
         inputs = self._inputs(ns.inputs)
         config = config_from_args(ns.config, user_ns)
-        spec = spec_from_args(ns, ns.target, config, self._source(), self._defaults())
+        datasets = datasets_from_args(ns.datasets, user_ns)
+        spec = spec_from_args(
+            ns,
+            fn_name if fn_name.isidentifier() else ns.target,
+            config,
+            self._source(),
+            self._defaults(),
+            trainer=trainer.options if trainer else None,
+        )
+        if trainer is not None:
+            datasets = {**trainer.datasets, **datasets}  # --dataset NAME replaces the trainer's
+        check_datasets(datasets, spec.dataset_config)  # before any service starts
         manager = self._manager(ns)
-        job = manager.submit(fn, spec, inputs=inputs, model_fn=model_fn)
+        job = manager.submit(fn, spec, inputs=inputs, model_fn=model_fn, datasets=datasets)
         self._last_job = job.id
         note = self._still_running(manager, job.id, spec.run_name)
         if note:

@@ -1,4 +1,4 @@
-"""A job's payload: the training function, its ``model_fn`` and config packed as an
+"""A job's payload: the training function, its ``model_fn``, config and Ray Data datasets packed as an
 importable package that Ray ships with runtime_env ``py_modules``, kept in the state
 directory and in the job's run (a resume from another machine fetches it from there)."""
 
@@ -18,6 +18,7 @@ from .spec import JobSpec, SpecError
 
 __all__ = [
     "CONFIG_FILE",
+    "DATASETS_FILE",
     "FUNCTION_FILE",
     "MODEL_FN_FILE",
     "PAYLOAD_ARTIFACTS",
@@ -38,6 +39,8 @@ FUNCTION_FILE = "function.pkl"
 #: The payload file of the function that rebuilds a model from a checkpoint directory.
 MODEL_FN_FILE = "model_fn.pkl"
 CONFIG_FILE = "config.pkl"  # the config as given (job.json holds tracking.json_safe's copy)
+#: The payload file of the job's Ray Data datasets (name -> Dataset or function).
+DATASETS_FILE = "datasets.pkl"
 #: Where the payload lives in the run's artifacts.
 PAYLOAD_ARTIFACTS = "trainfactory/payload"
 _PACKAGE_EXCLUDES = ["__pycache__", "*.pyc", "labextension"]
@@ -57,13 +60,18 @@ def payload_path(job_id: str) -> Path:
 
 
 def write_payload(
-    job_id: str, fn: Callable, model_fn: Callable | None = None, config: Any = None
+    job_id: str,
+    fn: Callable,
+    model_fn: Callable | None = None,
+    config: Any = None,
+    datasets: dict[str, Any] | None = None,
 ) -> Path:
     """Write the job's payload as an importable package shipped with runtime_env py_modules;
     returns its directory.
 
-    The function (and ``model_fn``, kept for ``register``) and the config (``config.pkl``:
-    the job gets it exactly as given, tensors, tuple keys and all) are pickled first, so
+    The function (and ``model_fn``, kept for ``register``), the config (``config.pkl``:
+    the job gets it exactly as given, tensors, tuple keys and all) and the datasets
+    (``datasets.pkl``: lazy Datasets and functions the driver calls) are pickled first, so
     an unshippable one fails before a run exists; ``job.json`` is added once the run id
     is known. Raises SpecError (nothing is left behind) when one cannot be pickled.
     """
@@ -72,16 +80,22 @@ def write_payload(
     path = payload_path(job_id)
     path.mkdir(parents=True, exist_ok=True)
     (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
-    for name, item in ((FUNCTION_FILE, fn), (MODEL_FN_FILE, model_fn), (CONFIG_FILE, config)):
+    items = ((FUNCTION_FILE, fn), (MODEL_FN_FILE, model_fn), (CONFIG_FILE, config))
+    for name, item in (*items, (DATASETS_FILE, datasets or None)):
         if item is None:
             continue
-        if name != CONFIG_FILE:
+        if name in (FUNCTION_FILE, MODEL_FN_FILE):
             ship_by_value(item)
+        elif name == DATASETS_FILE:
+            for value in item.values():
+                if callable(value):
+                    ship_by_value(value)
         try:
             (path / name).write_bytes(cloudpickle.dumps(item))
         except Exception as exc:
             shutil.rmtree(path.parent, ignore_errors=True)
             what = {MODEL_FN_FILE: "model_fn", CONFIG_FILE: "The config"}.get(name, "The function")
+            what = "The datasets" if name == DATASETS_FILE else what
             raise SpecError(
                 f"{what} cannot be shipped to the cluster (cloudpickle: {exc})."
             ) from exc

@@ -30,6 +30,7 @@ from .spec_values import (
     SpecError,
     check_number,
     custom_resources,
+    dataset_config_text,
     label_selector,
     parse_env,
     parse_pairs,
@@ -197,6 +198,11 @@ class JobSpec:
     target_steps : int or None
         The step the job is expected to reach: the dashboard and the run
         (``cost/projected_usd``) show what it will have cost by then.
+    dataset_config : str or None
+        Which Ray Data datasets are split among the workers (Ray Train's
+        ``DataConfig(datasets_to_split=...)``): ``split=all``, ``split=none`` or
+        ``split=train,validation``; None: Ray's default (all). The datasets themselves
+        travel in the job's payload (:mod:`.datasets`), not in the spec.
     """
 
     function_name: str
@@ -349,6 +355,11 @@ class JobSpec:
         metavar="N",
         help="the step the job should reach: the dashboard projects its cost to it",
     )
+    dataset_config: str | None = _option(
+        "--dataset-config",
+        metavar="split=NAMES",
+        help="datasets split among the workers: split=all (default), split=none, split=train",
+    )
     owner: str = field(default_factory=current_owner)
 
     def __post_init__(self) -> None:
@@ -426,6 +437,7 @@ class JobSpec:
         if self.target_steps is not None:
             check_number("target_steps", self.target_steps, 1, integer=True)
             self.target_steps = int(self.target_steps)
+        self.dataset_config = dataset_config_text(self.dataset_config)
         if self.on_stall == "restart" and self.max_failures == 0:
             raise SpecError(
                 "--on-stall restart restarts the workers, which uses the failure budget;"
@@ -567,6 +579,8 @@ class JobSpec:
             params["on_stall"] = self.on_stall
         if self.pip:
             params["pip"] = " ".join(self.pip)
+        if self.dataset_config:
+            params["dataset_config"] = self.dataset_config
         params.update(flatten_config(self.config, "config"))
         return params
 

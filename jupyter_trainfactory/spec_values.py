@@ -1,6 +1,6 @@
 """Checks of single JobSpec values that need nothing but the value (no file system, no
 cluster): numbers, ``KEY=VALUE`` pairs, environment names, custom resources, placement
-strategies and Ray label selectors. Standard library only: the job's driver imports it.
+strategies, Ray label selectors and ``--dataset-config``. Standard library only: the job's driver imports it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ __all__ = [
     "SpecError",
     "check_number",
     "custom_resources",
+    "dataset_config_text",
+    "datasets_to_split",
     "label_selector",
     "parse_env",
     "parse_pairs",
@@ -167,3 +169,39 @@ def selector_text(selector: dict[str, str] | list[dict[str, str]] | None) -> str
     """A label selector (one dict, or one per worker) as ``key=value ...``, sorted."""
     selectors = selector if isinstance(selector, list) else [selector] if selector else []
     return " ".join(sorted({f"{k}={v}" for s in selectors for k, v in s.items()}))
+
+
+def dataset_config_text(value: Any) -> str | None:
+    """``--dataset-config``, normalized: None (Ray's default, every dataset split among
+    the workers), ``"split=all"``, ``"split=none"`` or ``"split=train,validation"``.
+
+    Takes ``all``, ``none``, ``split=all``, ``split=none``, ``split=NAME[,NAME...]`` or a
+    list of names. Raises SpecError for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        value = "split=" + (",".join(str(v) for v in value) or "none")
+    text = str(value).strip()
+    key, sep, rest = text.partition("=")
+    if not sep:
+        key, rest = "split", text
+    names = [n.strip() for n in rest.split(",") if n.strip()]
+    if key.strip() != "split" or not names:
+        raise SpecError(
+            f"--dataset-config takes split=all, split=none or split=NAME[,NAME...], got {value!r}."
+        )
+    if names in (["all"], ["none"]):
+        return f"split={names[0]}"
+    bad = [n for n in names if not n.isidentifier()]
+    if bad:
+        raise SpecError(f"--dataset-config names datasets, and {bad[0]!r} is not a name.")
+    return "split=" + ",".join(dict.fromkeys(names))
+
+
+def datasets_to_split(config: str | None) -> str | list[str]:
+    """Ray's ``DataConfig(datasets_to_split=...)`` of a normalized ``--dataset-config``
+    (:func:`dataset_config_text`): ``"all"`` or a list of dataset names (empty: none)."""
+    names = (config or "split=all").partition("=")[2]
+    if names == "all":
+        return "all"
+    return [] if names == "none" else names.split(",")

@@ -107,6 +107,8 @@ class TAG:
     PROJECT = "trainfactory.project"  # chargeback group given at launch
     TARGET_STEPS = "trainfactory.target_steps"  # the step the user expects the job to reach
     DATA = "trainfactory.data."  # + input name -> JSON: digest, digest_of, source
+    # + Ray Data dataset name -> JSON: source, digest, digest_of, paths, schema, rows, ...
+    DATASET = "trainfactory.dataset."
     REDACTED = "trainfactory.redacted"  # JSON list: config/env paths whose values were masked
     # JSON {"price_gb_month", "history": [[time, bytes kept], ...]}: storage after the job
     STORAGE = "trainfactory.storage"

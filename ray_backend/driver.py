@@ -26,7 +26,8 @@ class _Stopped(BaseException):
 
 def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
     """The job's metadata (spec, ids, URIs) and its training function; ``meta["config"]``
-    is the config exactly as given (``config.pkl``) when the payload has it."""
+    is the config exactly as given (``config.pkl``) and ``meta["datasets"]`` the Ray Data
+    datasets, not built yet (``datasets.pkl``), when the payload has them."""
     base = Path(importlib.import_module(module_name).__file__).parent
     meta = json.loads((base / "job.json").read_text())
     check_interpreter(meta.get("client"))
@@ -35,6 +36,8 @@ def load_payload(module_name: str) -> tuple[dict[str, Any], Any]:
     fn = cloudpickle.loads((base / "function.pkl").read_bytes())
     if (base / "config.pkl").is_file():
         meta["config"] = cloudpickle.loads((base / "config.pkl").read_bytes())
+    if (base / "datasets.pkl").is_file():  # name -> Dataset or function (ingest builds them)
+        meta["datasets"] = cloudpickle.loads((base / "datasets.pkl").read_bytes())
     return meta, fn
 
 
@@ -257,20 +260,28 @@ def _checkpoint_config(config_class, spec):
 
 def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
     """The ``TorchTrainer`` for this job: resources, backend and placement from the
-    accelerator table (``jupyter_trainfactory.accelerators``) and the spec."""
+    accelerator table (``jupyter_trainfactory.accelerators``) and the spec, and the
+    job's Ray Data datasets, built here (``ingest.build_datasets``: the lineage of those
+    a function built goes to the recorder). Raises RuntimeError when a dataset fails."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from jupyter_trainfactory.accelerators import accelerator
     from jupyter_trainfactory.spec import PLACEMENTS
     from ray_backend.callbacks import RecorderCallback
+    from ray_backend.ingest import build_datasets, data_config
     from ray_backend.session import instrument
 
     spec = job_spec(meta)
     row = accelerator(spec.accelerator)
+    datasets, lineage = build_datasets(meta.get("datasets"))
+    if lineage:
+        recorder.set_tags.remote(lineage)
+    ingest = {"datasets": datasets, "dataset_config": data_config(spec.dataset_config)}
     return TorchTrainer(
         instrument(fn, meta["job_id"]),
         train_loop_config=spec.config,
+        **(ingest if datasets else {}),
         torch_config=TorchConfig(backend=row.backend),
         scaling_config=ScalingConfig(
             num_workers=spec.workers,
@@ -396,11 +407,12 @@ def _train(ray, meta: dict[str, Any], fn: Any, recorder) -> int:
     started = time.time()
     box: dict[str, Any] = {}
     done = threading.Event()
-    # Ray Train and torch import (5 s on a 2-CPU node) while the recorder's process starts
-    trainer = build_trainer(meta, fn, recorder)
-    ray.get(recorder.ping.remote())
-    threading.Thread(target=_run_fit, args=(trainer, box, done), daemon=True).start()
     try:
+        # Ray Train and torch import (5 s on a 2-CPU node) while the recorder's process
+        # starts; a dataset that fails to build fails the job here, its run closed
+        trainer = build_trainer(meta, fn, recorder)
+        ray.get(recorder.ping.remote())
+        threading.Thread(target=_run_fit, args=(trainer, box, done), daemon=True).start()
         _wait_for_fit(recorder, done, samplers)
         if "error" in box:
             raise box["error"]

@@ -8,6 +8,8 @@ which, without any change to the user's code,
   (trainable parameters counted, gradient allreduces timed by a DDP comm hook),
 - wraps ``ray.train.report`` so a report that carries a checkpoint is timed (seconds,
   bytes, MB/s),
+- wraps ``ray.train.get_dataset_shard`` so the wait for each batch of a Ray Data shard
+  counts as data wait (``ingest.TimedShard``),
 - starts a background thread that ships buffered telemetry to the recorder about every
   0.5 s with fire-and-forget actor calls, so ``log``, ``step`` and ``data_wait`` cost the
   training loop a lock and a list append.
@@ -28,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ray_backend.ingest import timed_get_dataset_shard
 from ray_backend.protocol import (
     RECORDER_NAMESPACE,
     STOP_SEEN,
@@ -405,6 +408,10 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     timed_report.__wrapped__ = report
     originals.append((ray.train, "report", report))
     ray.train.report = timed_report
+    # a Ray Data shard's batches count as data wait (ray_backend.ingest)
+    shard = ray.train.get_dataset_shard
+    originals.append((ray.train, "get_dataset_shard", shard))
+    ray.train.get_dataset_shard = timed_get_dataset_shard(shard, worker.add_data_wait)
     try:
         import ray.train.torch as rtt
 
