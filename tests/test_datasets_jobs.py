@@ -82,6 +82,7 @@ def test_a_ray_data_loop_is_fed_measured_and_recorded(manager, mlflow_client, tm
         for key, value in services.client_env().items():
             mp.setenv(key, value)
         ray.init(address=services.ray_address, logging_level="WARNING", log_to_driver=False)
+        job = None
         try:
             train_ds = ray.data.read_csv(str(csv))  # lazy: planned here, read in the job
             job = launch(
@@ -93,12 +94,12 @@ def test_a_ray_data_loop_is_fed_measured_and_recorded(manager, mlflow_client, tm
                 experiment="tests",
                 run_name="ray-data",
             )
+            # a Dataset made in the notebook is owned by the notebook's Ray connection
+            assert job.wait(timeout=180) == "SUCCEEDED", job.info().error
         finally:
+            if job is not None:
+                job.stop(now=True)
             ray.shutdown()
-    try:
-        assert job.wait(timeout=180) == "SUCCEEDED", job.info().error
-    finally:
-        job.stop(now=True)
     run = mlflow_client.get_run(job.run_id)
     history = mlflow_client.get_metric_history(job.run_id, "loss")
     assert sorted(m.step for m in history) == list(range(1, EPOCHS + 1))  # one per epoch
