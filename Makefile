@@ -55,7 +55,7 @@ test: install lint $(WHEEL)
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest
 
 lab: install
-	$(BIN)/jupyter lab examples
+	$(BIN)/jupyter lab examples $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) dist .pytest_cache .ruff_cache examples/*.out.ipynb

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from .cluster import ClusterInfo, describe
-from .errors import ClusterRefused, ClusterUnreachable
+from .errors import ClusterRefused, ClusterUnreachable, first_line
 from .raytoken import cluster_headers, token_source
 from .services import ServiceProcess, Services
 from .spec import SpecError
@@ -117,7 +117,7 @@ class RayClients:
 
         text = str(exc).strip()
         if "authentication" in text.lower() or "401" in text[:40] or "403" in text[:40]:
-            first = (text.splitlines() or [""])[0][:200]
+            first = first_line(text)
             return ClusterRefused(
                 f"The Ray cluster at {address} refused the request ({first}); the token came"
                 f" from {token_source(address, self._embedded_token(address))}: keep the"
@@ -130,9 +130,9 @@ class RayClients:
             reason = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
             first = f"nothing answers there ({reason.group(1) if reason else 'no connection'})"
         else:
-            first = (text.splitlines() or [type(exc).__name__])[0][:300]
+            first = first_line(exc, 300)
         hint = (
-            ""
+            self._local_log_hint()
             if self.local and address == self.address
             else "; check the address (the head's dashboard, port 8265 by default) and that"
             " this machine reaches it (KubeRay: kubectl port-forward svc/CLUSTER-head-svc 8265)"
@@ -167,14 +167,20 @@ class RayClients:
                 return describe(self.address, headers, nodes)
             time.sleep(0.5)
 
+    def _local_log_hint(self) -> str:
+        """Where the embedded head's log is and how to restart it (for a local head)."""
+        proc = self.services.processes.get("ray") if self.services else None
+        if proc is None:
+            return ""
+        return (
+            f"; its log is {proc.log} (`jupyter trainfactory services stop` then retry restarts it)"
+        )
+
     def _no_answer(self, exc: BaseException) -> SpecError:
         if "authentication" in str(exc).lower():
             return self.unreachable(self.address, exc)
-        where = ""
-        if self.local:
-            where = f"; its log is {self.services.processes['ray'].log}"
-            where += " (`jupyter trainfactory services stop` then retry restarts it)"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        where = self._local_log_hint() if self.local else ""
+        first = first_line(exc)
         return ClusterUnreachable(
             f"The Ray cluster at {self.address} does not answer ({first}){where}."
         )

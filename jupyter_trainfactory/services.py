@@ -206,6 +206,16 @@ def _log_tail(path: str, lines: int = 15) -> str:
         return ""
 
 
+def _log_error(path: str) -> str:
+    """The last line of a service's log that names an error (else its last line), as
+    :func:`errors.first_line` shortens it: the one clause a start failure's sentence quotes."""
+    from .errors import first_line
+
+    lines = [ln for ln in _log_tail(path, 60).splitlines() if ln.strip()]
+    named = [ln for ln in lines if "error" in ln.lower() or "exception" in ln.lower()]
+    return first_line((named or lines or ["its log is empty"])[-1], 160)
+
+
 def _spawn(name: str, argv: list[str], env: dict[str, str], log: Path, url: str) -> ServiceProcess:
     with open(log, "ab") as out:
         proc = subprocess.Popen(  # noqa: S603
@@ -331,8 +341,8 @@ def _wait_ready(proc: ServiceProcess, probe: str, deadline: float, token: str | 
     while time.monotonic() < deadline:
         if not proc.alive():
             raise ServiceError(
-                f"The {proc.name} service exited during start; its log {proc.log} ends with:\n"
-                + _log_tail(proc.log)
+                f"The {proc.name} service exited during start ({_log_error(proc.log)});"
+                f" its log is {proc.log}."
             )
         if _http_ok(probe, token):
             return

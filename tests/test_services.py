@@ -97,3 +97,16 @@ def test_ray_head_argv_refuses_a_bad_size_in_one_sentence(tmp_path, name, value)
     message = str(err.value)
     assert message.startswith(f"{name} must be a whole number") and repr(value) in message
     assert message.endswith(").") and "\n" not in message
+
+
+def test_a_start_failure_is_one_sentence_that_names_the_log(tmp_path):
+    from jupyter_trainfactory.errors import first_line
+
+    log = tmp_path / "ray-head.log"
+    log.write_text(
+        "starting\n" + "x " * 200 + "\nRuntimeError: node timed out during startup\nbye\n"
+    )
+    assert svc._log_error(str(log)) == "RuntimeError: node timed out during startup"
+    cut = first_line("Make sure dependencies are installed with `pip install ray[default]` " * 5)
+    assert len(cut) <= 200 and cut.endswith("…") and not cut.endswith("ray[…")
+    assert first_line(ValueError()) == "ValueError"
