@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["TimedShard", "build_datasets", "data_config", "timed_get_dataset_shard"]
+__all__ = ["TimedShard", "build_datasets", "data_config", "timed_get_dataset_shard", "timed_iter"]
 
 
 def build_datasets(datasets: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
@@ -69,7 +69,8 @@ def data_config(dataset_config: str | None):
     return DataConfig(datasets_to_split=datasets_to_split(dataset_config))
 
 
-def _timed(iterable: Iterable, add_wait: Callable[[float], None]) -> Iterator:
+def timed_iter(iterable: Iterable, add_wait: Callable[[float], None]) -> Iterator:
+    """``iterable``'s items, with the seconds each ``next()`` took passed to ``add_wait``."""
     iterator = iter(iterable)
     while True:
         t0 = time.perf_counter()
@@ -102,7 +103,7 @@ class TimedShard:
             return attr
 
         def timed(*args: Any, **kwargs: Any) -> Iterator:
-            return _timed(attr(*args, **kwargs), self._add_wait)
+            return timed_iter(attr(*args, **kwargs), self._add_wait)
 
         return timed
 

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ray_backend.ingest import timed_get_dataset_shard
+from ray_backend.ingest import timed_get_dataset_shard, timed_iter
 from ray_backend.protocol import (
     RECORDER_NAMESPACE,
     STOP_SEEN,
@@ -154,18 +154,14 @@ class _DataWait(_Timed):
         worker.add_data_wait(seconds)
 
 
+def _add_data_wait(seconds: float) -> None:
+    worker = _active()
+    if worker is not None:
+        worker.add_data_wait(seconds)
+
+
 def _timed_iter(iterable: Iterable) -> Iterator:
-    iterator = iter(iterable)
-    while True:
-        t0 = time.perf_counter()
-        try:
-            item = next(iterator)
-        except StopIteration:
-            return
-        worker = _active()
-        if worker is not None:
-            worker.add_data_wait(time.perf_counter() - t0)
-        yield item
+    return timed_iter(iterable, _add_data_wait)
 
 
 def data_wait(iterable: Iterable | None = None):
