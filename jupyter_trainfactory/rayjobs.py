@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 from .cluster import ClusterInfo, describe
-from .errors import ClusterRefused, ClusterUnreachable, first_line
+from .errors import ClusterRefused, ClusterUnreachable
 from .raytoken import cluster_headers, token_source
+from .sentences import first_line
 from .services import ServiceProcess, Services
 from .spec import SpecError
 from .tracking import TAG

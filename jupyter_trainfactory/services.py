@@ -208,8 +208,8 @@ def _log_tail(path: str, lines: int = 15) -> str:
 
 def _log_error(path: str) -> str:
     """The last line of a service's log that names an error (else its last line), as
-    :func:`errors.first_line` shortens it: the one clause a start failure's sentence quotes."""
-    from .errors import first_line
+    :func:`sentences.first_line` shortens it: the one clause a start failure's sentence quotes."""
+    from .sentences import first_line
 
     lines = [ln for ln in _log_tail(path, 60).splitlines() if ln.strip()]
     named = [ln for ln in lines if "error" in ln.lower() or "exception" in ln.lower()]

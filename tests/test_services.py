@@ -100,7 +100,7 @@ def test_ray_head_argv_refuses_a_bad_size_in_one_sentence(tmp_path, name, value)
 
 
 def test_a_start_failure_is_one_sentence_that_names_the_log(tmp_path):
-    from jupyter_trainfactory.errors import first_line
+    from jupyter_trainfactory.sentences import first_line
 
     log = tmp_path / "ray-head.log"
     log.write_text(
