@@ -36,9 +36,7 @@ class JobLogs:
         Raises JobNotFound when Ray has no such log (the job's cluster is gone, or the
         rank never started); ClusterUnreachable when the cluster does not answer."""
         if rank is not None:
-            where = self.rank_where(run, rank)
-            parts = [self._worker_log(where, suffix, tail) for suffix in ("out", "err")]
-            return "\n".join(p for p in parts if p.strip())
+            return self._rank_log(self.rank_where(run, rank), tail)
         text = self.driver(run)
         if tail:
             text = "\n".join(text.splitlines()[-tail:])
@@ -96,7 +94,7 @@ class JobLogs:
             timeout=None if follow else 60,
         ) as reply:
             if reply.status_code != 200:
-                raise RuntimeError(reply.text.strip().splitlines()[-1] if reply.text else "")
+                raise RuntimeError(_refusal(reply.text))
             for chunk in reply.iter_content(chunk_size=None):
                 text = chunk.decode("utf-8", errors="replace")
                 yield "".join(
@@ -104,6 +102,27 @@ class JobLogs:
                     for line in text.splitlines(keepends=True)
                     if not line.startswith(_RAY_LOG_MARKERS)
                 )
+
+    def _rank_log(self, where: dict[str, Any], tail: int | None, wait_s: float = 5.0) -> str:
+        """The worker's stdout then stderr. A worker that has just started may not have its
+        log files listed by its node yet: asks again for up to ``wait_s`` s. A stream
+        that stays missing is left out; raises JobNotFound when both are."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            parts, missing = [], None
+            for suffix in ("out", "err"):
+                try:
+                    parts.append(self._worker_log(where, suffix, tail))
+                except JobNotFound as exc:
+                    missing = exc
+            if len(parts) == 2 or (parts and time.monotonic() > deadline):
+                return "\n".join(p for p in parts if p.strip())
+            if missing is not None and (
+                "could not find a log file" not in str(missing).lower()
+                or time.monotonic() > deadline
+            ):
+                raise missing
+            time.sleep(0.5)
 
     def _worker_log(self, where: dict[str, Any], suffix: str, tail: int | None) -> str:
         try:
@@ -144,6 +163,14 @@ class JobLogs:
             if state in TERMINAL_STATES:
                 return state
             time.sleep(poll_s)
+
+
+def _refusal(text: str) -> str:
+    """The sentence of the log API's refusal: its first line that says something (Ray
+    follows "Could not find a log file ..." with one line per query field)."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(("Traceback", "File "))]
+    return (said or lines or ["the log API refused"])[0][:300]
 
 
 class _RankFollower:
