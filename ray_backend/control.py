@@ -47,20 +47,28 @@ class StopControl:
         if self.request is not None:
             self.request["checkpointed"] = True
 
-    def reply(self, rank: int, stop: StopPoint | None, rank_steps: dict[int, int]) -> StopReply:
-        """The reply to rank ``rank``'s batch; ``stop``: its stop point count, if sent."""
+    def reply(
+        self,
+        rank: int,
+        stop: StopPoint | None,
+        rank_steps: dict[int, int],
+        reported: int = 0,
+    ) -> StopReply:
+        """The reply to rank ``rank``'s batch; ``stop``: its stop point count, if sent;
+        ``rank_steps`` the steps the ranks counted, ``reported`` the last report's step
+        (a plain Ray Train loop counts no steps of its own)."""
         if self.request is None:
             return {"stop": False}
         if stop is not None:
-            self._agree(rank, stop, rank_steps)
+            self._agree(rank, stop, max(max(rank_steps.values(), default=0), reported))
         return {"stop": True, "at": self.request.get("at")}
 
-    def _agree(self, rank: int, info: StopPoint, rank_steps: dict[int, int]) -> None:
+    def _agree(self, rank: int, info: StopPoint, step: int) -> None:
         """Take rank ``rank``'s stop point count, sent after it heard of the stop (it
         passes no further stop point until told the agreed one); once every rank's count
         is in, the stop point is one past the furthest: every rank can reach it (the
         ranks behind need no collective with the ones waiting ahead of them) and none
-        has passed it."""
+        has passed it. ``step``: the furthest step known, for the job log's note."""
         stop = self.request
         counts = stop.setdefault("counts", {})
         counts[rank] = int(info.get("checks", 0))
@@ -69,7 +77,6 @@ class StopControl:
         if stop.get("at") is None and len(counts) >= world:
             stop["at"] = max(counts.values()) + 1
             stop["agreed"] = time.time()
-            step = max(rank_steps.values(), default=0)
             print(
                 f"trainfactory: stop agreed by {world} ranks: every rank stops at its next"
                 f" stop point (about step {step + 1})",

@@ -215,10 +215,11 @@ class Delivery:
         """After a :meth:`write` that succeeded (under the lock)."""
         self._inflight = 0
 
-    def write_extras(self) -> None:
-        """Write the checkpoints' LoggedModels and the text artifacts (without the lock);
-        raises when the tracking server refuses (the rest is tried at the next flush)."""
-        self.models.write(self.client, self.run_id)
+    def write_extras(self, budget_s: float | None = None) -> None:
+        """Write the checkpoints' LoggedModels (for up to ``budget_s`` s, see
+        ``CheckpointModels.write``) and the text artifacts (without the lock); raises when
+        the tracking server refuses (the rest is tried at the next flush)."""
+        self.models.write(self.client, self.run_id, budget_s)
         while self._texts:
             path, text = next(iter(self._texts.items()))
             self.client.log_text(self.run_id, text, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,9 @@ from typing import Any
 from jupyter_trainfactory.tracking import TAG
 
 __all__ = ["CheckpointModels"]
+
+#: Models written per round of requests (one ``log_outputs`` and one ``log_batch`` each).
+MODELS_PER_ROUND = 50
 
 
 class CheckpointModels:
@@ -49,38 +53,74 @@ class CheckpointModels:
         }
         self._pending.append([step, path, when, metrics])
 
-    def write(self, client: Any, run_id: str) -> None:
-        """Create, link and finalize every queued model. Raises when the tracking server
-        refuses; what is left is tried again at the next call (a model already created
-        is not created again)."""
+    def pending(self) -> int:
+        """Checkpoints whose LoggedModel is not written yet."""
+        return len(self._pending)
+
+    def write(self, client: Any, run_id: str, budget_s: float | None = None) -> None:
+        """Create, link and finalize the queued models, oldest first, in rounds of up to
+        ``MODELS_PER_ROUND``: a model costs two requests (create, finalize), a round one
+        ``log_outputs`` and one ``log_batch`` for all its models (the single-model way
+        took four per model, and a job checkpointing every second fell minutes behind).
+
+        With ``budget_s``, no new model is created once that many seconds have passed,
+        so a flush goes back to the run's points and the stop poll; what is left waits for
+        the next call. Raises when the tracking server refuses; what is left is tried
+        again at the next call (a model already created is not created again)."""
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        while self._pending:
+            batch = self._created(client, run_id, deadline)
+            if not batch:
+                return
+            self._link(client, run_id, batch)
+            if deadline is not None and time.monotonic() > deadline:
+                return
+
+    def _created(self, client: Any, run_id: str, deadline: float | None) -> list[list]:
+        """The next round's queued entries, each with its LoggedModel (created here when
+        it has none; none is created past ``deadline``)."""
+        if self._run_info is None:
+            run = client.get_run(run_id)
+            self._run_info = (run.info.experiment_id, run.data.tags.get(TAG.JOB_ID, ""))
+        experiment_id, job_id = self._run_info
+        batch = []
+        # by index, not by iterating: the recorder appends while this thread writes
+        queued = [self._pending[i] for i in range(min(len(self._pending), MODELS_PER_ROUND))]
+        for entry in queued:
+            if len(entry) == 4:
+                if batch and deadline is not None and time.monotonic() > deadline:
+                    break
+                step, path, when, _ = entry
+                entry.append(
+                    client.create_logged_model(
+                        experiment_id,
+                        name=f"checkpoint-step-{step}",
+                        source_run_id=run_id,
+                        model_type="checkpoint",
+                        tags={
+                            TAG.JOB_ID: job_id,
+                            TAG.CKPT_PATH: path,
+                            TAG.CKPT_STEP: str(step),
+                            TAG.CKPT_TIME: f"{when:.3f}",
+                        },
+                    )
+                )
+            batch.append(entry)
+        return batch
+
+    def _link(self, client: Any, run_id: str, batch: list[list]) -> None:
+        """Make ``batch``'s models the run's outputs at their steps, give them their
+        metrics and finalize them; each leaves the queue once finalized."""
         from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
 
-        while self._pending:
-            step, path, when, metrics, *created = self._pending[0]
-            if self._run_info is None:
-                run = client.get_run(run_id)
-                self._run_info = (run.info.experiment_id, run.data.tags.get(TAG.JOB_ID, ""))
-            experiment_id, job_id = self._run_info
-            model = created[0] if created else None
-            if model is None:
-                model = client.create_logged_model(
-                    experiment_id,
-                    name=f"checkpoint-step-{step}",
-                    source_run_id=run_id,
-                    model_type="checkpoint",
-                    tags={
-                        TAG.JOB_ID: job_id,
-                        TAG.CKPT_PATH: path,
-                        TAG.CKPT_STEP: str(step),
-                        TAG.CKPT_TIME: f"{when:.3f}",
-                    },
-                )
-                self._pending[0] = [step, path, when, metrics, model]
-            client.log_outputs(run_id, [LoggedModelOutput(model.model_id, step)])
-            points = [
-                Metric(k, v, ts, step, model_id=model.model_id) for k, (v, ts) in metrics.items()
-            ]
-            if points:
-                client.log_batch(run_id, metrics=points[: self._max_batch])
-            client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        client.log_outputs(run_id, [LoggedModelOutput(e[4].model_id, e[0]) for e in batch])
+        points = [
+            Metric(k, v, ts, step, model_id=model.model_id)
+            for step, _, _, metrics, model in batch
+            for k, (v, ts) in metrics.items()
+        ]
+        for i in range(0, len(points), self._max_batch):
+            client.log_batch(run_id, metrics=points[i : i + self._max_batch])
+        for entry in batch:
+            client.finalize_logged_model(entry[4].model_id, LoggedModelStatus.READY)
             self._pending.popleft()

@@ -339,8 +339,9 @@ class RunRecorder:
             self._record.progressed(now)
 
     # -- writing ----------------------------------------------------------------------
-    def flush(self) -> None:
-        """Write what is queued (900 metrics per request); raise if a request fails.
+    def flush(self, models_budget_s: float | None = None) -> None:
+        """Write what is queued (900 metrics per request), then the checkpoints' models
+        for up to ``models_budget_s`` s (None: all); raise if a request fails.
 
         Points of a failed request, and all after it, go back to the front of their queue.
         """
@@ -355,7 +356,7 @@ class RunRecorder:
             raise
         with self._lock:
             self.delivery.written()
-        self.delivery.write_extras()
+        self.delivery.write_extras(models_budget_s)
         if self.delivery.offline:
             self.set_tags(self.delivery.back_online(queued))
 
@@ -433,7 +434,9 @@ class RunRecorder:
                 self._stop_polled = time.monotonic()
                 self.poll_control()
             try:
-                self.flush()
+                # a backlog of checkpoint models must not hold back the points and the
+                # stop poll: a flush gives them at most one flush interval
+                self.flush(models_budget_s=self._interval)
                 delay = self._interval
             except Exception as exc:  # keep recording; MLflow may be briefly unreachable
                 self.delivery.went_offline(exc)

@@ -69,6 +69,41 @@ def test_each_checkpoint_becomes_a_logged_model_with_its_step_and_metrics(store)
     assert len(client.get_run(run_id).outputs.model_outputs) == 2
 
 
+def test_a_checkpoint_backlog_never_holds_back_the_run_and_its_models_come_in_rounds(store):
+    # a job checkpointing every report, faster than the server takes models: each flush
+    # writes the run's points and tags first and gives the models a bounded time
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    calls = {"log_outputs": 0, "create_logged_model": 0}
+    for name in calls:
+        real = getattr(rec.delivery.client, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        setattr(rec.delivery.client, name, counted)
+    n = 60  # more than one round of models
+    for i in range(1, n + 1):
+        rec.report([{"loss": 1.0 / i, "step": i}], f"/ckpt/{i}", 1_000.0 + i)
+    rec.flush(models_budget_s=0.0)  # the budget is spent: one model this time
+    tags = client.get_run(run_id).data.tags
+    assert tags[TAG.STEP] == str(n) and tags[TAG.CKPT_STEP] == str(n)
+    assert len(client.get_metric_history(run_id, "loss")) == n
+    assert calls["create_logged_model"] == 1 and rec.delivery.models.pending() == n - 1
+    rec.flush()  # no budget (the job's last flush): every model
+    assert rec.delivery.models.pending() == 0
+    exp = client.get_run(run_id).info.experiment_id
+    models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
+    assert sorted(int(m.tags[TAG.CKPT_STEP]) for m in models) == list(range(1, n + 1))
+    assert all(m.status.name == "READY" for m in models)
+    m = next(m for m in models if m.tags[TAG.CKPT_STEP] == "7")
+    assert [(x.key, x.value, x.step) for x in m.metrics] == [("loss", pytest.approx(1 / 7), 7)]
+    assert len(client.get_run(run_id).outputs.model_outputs) == n
+    # one model per round at first, then rounds of up to 50: not one request per model
+    assert calls["create_logged_model"] == n and calls["log_outputs"] == 3
+
+
 def test_finish_closes_run_with_error(store):
     uri, client, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
@@ -540,3 +575,17 @@ def test_control_tags_become_decisions_once():
     ]
     stop.ask("user", 60.0, 1000.0)  # carried out by the recorder
     assert decisions_from_tags(tags, chaos, stop) == []
+
+
+def test_a_plain_loops_stop_is_agreed_at_its_reported_step(store, capsys):
+    # a plain Ray Train loop counts no steps through trainfactory: its reports give the step
+    uri, _, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    for step in range(1, 99):
+        rec.report([{"loss": 1.0, "step": step}, {"loss": 1.0, "step": step}], None, 1_000.0 + step)
+    rec.request_stop("user")
+    for rank in (0, 1):
+        reply = rec.worker_batch(rank, {"checks": 98, "stop": {"checks": 98, "world_size": 2}})
+    assert reply == {"stop": True, "at": 99}
+    assert "every rank stops at its next stop point (about step 99)" in capsys.readouterr().out
