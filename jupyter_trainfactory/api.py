@@ -65,6 +65,7 @@ def launch(
     model_fn: Callable[[str], Any] | None = None,
     datasets: dict[str, Any] | None = None,
     dataset_config: str | list[str] | None = None,
+    preflight: bool = False,
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
@@ -77,7 +78,8 @@ def launch(
     in the job's driver for ``TorchTrainer(datasets=...)``, so each worker's
     ``ray.train.get_dataset_shard(name)`` works; ``dataset_config`` (``split=all``,
     ``split=none``, ``split=train`` or a list of names) says which are split among the
-    workers (Ray's ``DataConfig(datasets_to_split=...)``). Returns a :class:`Job`
+    workers (Ray's ``DataConfig(datasets_to_split=...)``). ``preflight`` checks the
+    nodes the job may use first (:func:`health`) and refuses the launch if one fails. Returns a :class:`Job`
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
     ``job.dashboard()``). ``accelerator`` (``gpu``, ``npu``, ``hpu``, ``cpu``) names
     what ``gpus_per_worker`` counts; ``resources`` adds custom Ray resources per worker;

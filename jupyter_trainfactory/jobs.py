@@ -126,7 +126,9 @@ class JobManager:
 
     def check(self, spec: JobSpec) -> Placement:
         """Every check of ``spec`` against this cluster before submission (see
-        :func:`~.cluster.check_job`); returns where it may run. Raises SpecError."""
+        :func:`~.cluster.check_job`), and with ``spec.preflight`` the health of the nodes
+        it may use (:mod:`.nodehealth.preflight`); returns where it may run. Raises
+        SpecError."""
         self.jobs_client  # noqa: B018 (reachability first: its error is the clearest)
         storage = spec.storage or self.storage
         if storage is None and not self.local:
@@ -134,7 +136,14 @@ class JobManager:
                 "A remote cluster needs --storage, a path all its nodes share"
                 " (s3://BUCKET/PATH, or NFS mounted at the same place on every node)."
             )
-        return check_job(self.cluster(), spec, self.tracking_uri, storage, remote=not self.local)
+        placement = check_job(
+            self.cluster(), spec, self.tracking_uri, storage, remote=not self.local
+        )
+        if spec.preflight:  # the nodes' health, once the job is known to fit
+            from .nodehealth.preflight import preflight
+
+            preflight(self, [n.node_id for n in placement.eligible])
+        return placement
 
     # -- submit ------------------------------------------------------------------
     def submit(

@@ -203,6 +203,10 @@ class JobSpec:
         ``DataConfig(datasets_to_split=...)``): ``split=all``, ``split=none`` or
         ``split=train,validation``; None: Ray's default (all). The datasets themselves
         travel in the job's payload (:mod:`.datasets`), not in the spec.
+    preflight : bool
+        Before submitting, check every node the job may use (``%train health``,
+        :mod:`.nodehealth`): a node that fails a check refuses the launch, naming it and
+        the check; nothing is submitted and no run is created.
     """
 
     function_name: str
@@ -359,6 +363,12 @@ class JobSpec:
         "--dataset-config",
         metavar="split=NAMES",
         help="datasets split among the workers: split=all (default), split=none, split=train",
+    )
+    preflight: bool = _option(
+        "--preflight",
+        default=False,
+        action="store_true",
+        help="check the nodes the job may use first (as %%train health); refuse if one fails",
     )
     owner: str = field(default_factory=current_owner)
 
@@ -572,6 +582,8 @@ class JobSpec:
             params["budget"] = f"{self.budget:g}"
         if self.spot:
             params["spot"] = "true"
+        if self.preflight:
+            params["preflight"] = "true"
         if self.target_steps:
             params["target_steps"] = str(self.target_steps)
         if self.stall_timeout:

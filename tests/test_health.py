@@ -433,3 +433,26 @@ def test_the_cli_help_of_health_names_its_options(capsys):
     assert cli.main(["help", "health"]) == 0
     out = capsys.readouterr().out
     assert "--address" in out and "--storage" in out and "--timeout" in out
+
+
+def test_preflight_refuses_only_for_a_node_the_job_may_use():
+    from jupyter_trainfactory.nodehealth.preflight import refusal
+
+    results = [
+        _node_result(i * 16, f"10.0.0.{n}", FakeNvml([Gpu("GPU-x"), Gpu("GPU-y")], driver=d))
+        for n, (i, d) in enumerate([("a", "550"), ("b", "550"), ("c", "535")])
+    ]
+    cluster = _cluster(*(_gpu_node(i * 16, f"10.0.0.{n}") for n, i in enumerate("abc")))
+    report = build_report(cluster, {"nodes": results, "missing": {}})
+    assert refusal(report, ["a" * 16, "b" * 16]) is None  # the job's nodes are healthy
+    sentence = refusal(report, ["a" * 16, "c" * 16])
+    assert sentence.startswith("Preflight: node cccccccc 10.0.0.2 failed node driver_consistency")
+    assert sentence.endswith("not launched (`%train health` shows every check).")
+    assert sentence.count(".") >= 1 and "\n" not in sentence
+    ecc = _node_result("d" * 16, "10.0.0.4", FakeNvml([Gpu("GPU-a", ecc_uncorrected=1)]))
+    lost = {"nodes": [ecc], "missing": {"e" * 16: "its check did not finish in 30 s"}}
+    two = build_report(
+        _cluster(_gpu_node("d" * 16, "10.0.0.4", gpus=1), Node("e" * 16, "10.0.0.5", {"CPU": 2.0})),
+        lost,
+    )
+    assert "and 1 more node(s); not launched" in refusal(two, ["d" * 16, "e" * 16])

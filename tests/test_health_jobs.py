@@ -30,3 +30,19 @@ def test_health_of_the_embedded_cpu_node(manager):
     assert node.healthy and report.healthy, text
     assert f"{node.label}: healthy" in text
     print(f"health took {took:.1f} s\n{text}")
+
+
+@pytest.mark.timeout(240)
+def test_a_preflight_launch_checks_the_nodes_then_submits(manager, mlflow_client):
+    from jupyter_trainfactory import launch
+    from tests import train_fns
+
+    job = launch(
+        train_fns.fault_loop,
+        workers=1,
+        config={"steps": 2, "every": 1, "fail_step": -1, "marker": ""},
+        experiment="tests",
+        preflight=True,
+    )
+    assert job.wait(timeout=180) == "SUCCEEDED"
+    assert mlflow_client.get_run(job.run_id).data.params["preflight"] == "true"
