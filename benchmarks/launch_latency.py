@@ -12,7 +12,9 @@ alternated rounds, on the same warm cluster (the embedded Ray head):
 Rank 0 prints the wall-clock time (``time.time()``) at which the function was entered and
 at which its first step ended; each figure is that time minus the moment this script
 called ``launch`` (a, c) or started the driver process (b). Prints the medians, their
-min-max spread, and on the last line a/b and c/b (goals: a/b <= 1.0, c/b <= 0.5).
+min-max spread, (a)'s last round's actors from Ray's state API (``launch_timeline.py``: when
+each was asked for, got its process and was ready), and on the last line a/b and c/b
+(goals: a/b <= 1.0, c/b <= 0.5).
 
 Usage: python benchmarks/launch_latency.py [--rounds 3]  (short mode: --rounds 1)
 """
@@ -77,7 +79,14 @@ def via_trainfactory(steps: int) -> dict[str, float]:
     logs = job.logs()
     if state != "SUCCEEDED":
         raise SystemExit(f"job {job.id} ended {state}; log tail:\n{logs[-3000:]}")
-    return {"submitted": submitted, **_marks(logs, t0)}
+    marks = {"submitted": submitted, **_marks(logs, t0)}
+    try:  # where the seconds went, from Ray's state API (launch_timeline.py)
+        from launch_timeline import creation_events, timeline_lines
+
+        marks["timeline"] = timeline_lines(creation_events(job), t0)
+    except Exception as exc:  # a diagnostic: the ratio does not depend on it
+        marks["timeline"] = [f"    (no timeline: {exc})"]
+    return marks
 
 
 def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
@@ -115,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         print(spread("    function entered", [r["entered"] for r in results[key]], "s"))
         if key != "b":
             print(spread("    launch() returned", [r["submitted"] for r in results[key]], "s"))
+    print("(a)'s last round, from Ray's state API:")
+    print("\n".join(results["a"][-1].pop("timeline")))
+    for rounds in results.values():
+        for r in rounds:
+            r.pop("timeline", None)
     med = {k: statistics.median(r["first_step"] for r in v) for k, v in results.items()}
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": results, "median": med}, indent=2))

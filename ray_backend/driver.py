@@ -411,8 +411,10 @@ def _train(ray, meta: dict[str, Any], fn: Any, recorder) -> int:
         # Ray Train and torch import (5 s on a 2-CPU node) while the recorder's process
         # starts; a dataset that fails to build fails the job here, its run closed
         trainer = build_trainer(meta, fn, recorder)
-        ray.get(recorder.ping.remote())
+        # fit() starts its controller while the recorder finishes starting (its calls
+        # wait in the actor's queue): waiting for it first cost 2-3 s of every launch
         threading.Thread(target=_run_fit, args=(trainer, box, done), daemon=True).start()
+        ray.get(recorder.ping.remote())  # a recorder that cannot start fails the job
         _wait_for_fit(recorder, done, samplers)
         if "error" in box:
             raise box["error"]

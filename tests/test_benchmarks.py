@@ -57,6 +57,7 @@ def test_launch_latency_short_mode_prints_its_ratios(services):
     assert match, lines[-1]
     assert all(float(x) > 0 for x in match.groups())
     assert sum("first step" in line for line in lines) == 3  # a, c and b each measured
+    assert any(line.split()[:1] == ["RayTrainWorker"] for line in lines), lines  # the timeline
 
 
 @pytest.mark.job
