@@ -367,7 +367,8 @@ def _dir_bytes(path: str) -> int | None:
 
 
 def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
-    """Wrap ``ray.train.report`` and ``ray.train.torch.prepare_model``; returns the undo."""
+    """Wrap ``ray.train.report``, ``ray.train.torch.prepare_model`` and the Lightning and
+    Hugging Face ``prepare_trainer`` (``ray_backend.integrations``); returns the undo."""
     import ray.train
 
     originals: list[tuple[Any, str, Any]] = []
@@ -422,7 +423,12 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     except ImportError:  # no torch on this worker
         pass
 
+    from ray_backend.integrations import install
+
+    undo_integrations = install(worker, watch)  # Lightning and Hugging Face trainers
+
     def undo() -> None:
+        undo_integrations()
         for module, name, value in originals:
             setattr(module, name, value)
 
