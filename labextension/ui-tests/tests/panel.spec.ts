@@ -23,7 +23,11 @@ const ALL = [
 ];
 const NARROW = ['job', 'state', 'actions'];
 
-/** The keys of the columns the panel shows (its header cells that are visible). */
+/**
+ * The keys of the columns the panel shows (its header cells that are visible). The panel
+ * renders its table anew at each poll, and a table just replaced has no width: compare
+ * with `expect.poll`, which reads it again.
+ */
 async function shownColumns(panel: Locator): Promise<string[]> {
   return panel
     .locator('th[data-column]')
@@ -108,7 +112,7 @@ test('the panel shows a running job and stops it', async ({
   const defaultWidth = (await panel.boundingBox())!.width;
   console.log(`the sidebar's default width: ${defaultWidth} px`);
   expect(defaultWidth).toBeLessThan(400);
-  expect(await shownColumns(panel)).toEqual(NARROW);
+  await expect.poll(() => shownColumns(panel)).toEqual(NARROW);
   await expectReachable(panel, row.locator('button[data-action="stop"]'));
   await expectReachable(panel, row.locator('a[data-action="mlflow"]'));
   await expect(row.locator('.jp-tf-col-state .jp-tf-step-under')).toHaveText(
@@ -122,7 +126,7 @@ test('the panel shows a running job and stops it', async ({
   const splitX = (await panel.boundingBox())!;
   await dragSidebarTo(page, 1250);
   expect((await panel.boundingBox())!.width).toBeGreaterThan(1100);
-  expect(await shownColumns(panel)).toEqual(ALL);
+  await expect.poll(() => shownColumns(panel)).toEqual(ALL);
   const throughput = row.locator('td.jp-tf-col-throughput');
   await expect(throughput).toContainText('samples/s', { timeout: 120000 });
   await expect(row.locator('a[data-action="mlflow"]')).toHaveAttribute(
@@ -148,7 +152,7 @@ test('the panel shows a running job and stops it', async ({
   await expect(
     main.locator(`tr[data-job-id="${JOB}"] .jp-tf-state`)
   ).toHaveText('RUNNING');
-  expect(await shownColumns(main)).toEqual(ALL);
+  await expect.poll(() => shownColumns(main)).toEqual(ALL);
   console.log(`the main area's width: ${(await main.boundingBox())!.width} px`);
   await expect(main.locator('button[data-action="open-main"]')).toBeHidden();
   await expect(
