@@ -196,8 +196,6 @@ def health(
     ``.text()``, ``.rows()``, ``.to_dict()``). A field a device lacks is ``"n/a"``, never
     a pass. Raises SpecError when the cluster does not answer or the job does not finish.
     """
-    from .nodehealth.node import run_health
-    from .nodehealth.report import build_report
+    from .nodehealth.node import cluster_health
 
-    manager = get_manager(address, tracking_uri, storage)
-    return build_report(manager.cluster(settle_s=5.0), run_health(manager, timeout_s=timeout))
+    return cluster_health(get_manager(address, tracking_uri, storage), timeout_s=timeout)

@@ -135,11 +135,9 @@ def health_text(manager, ns) -> tuple[str, object]:
     """Run ``health``: every node's checks (:func:`~.nodehealth.node.run_health`) and the
     report's table and verdicts; returns the text and the
     :class:`~.nodehealth.report.HealthReport`."""
-    from .nodehealth.node import run_health
-    from .nodehealth.report import build_report
+    from .nodehealth.node import cluster_health
 
-    cluster = manager.cluster(settle_s=5.0)
-    report = build_report(cluster, run_health(manager, timeout_s=ns.timeout))
+    report = cluster_health(manager, timeout_s=ns.timeout)
     return report.text(), report
 
 

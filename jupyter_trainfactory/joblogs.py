@@ -109,19 +109,19 @@ class JobLogs:
         that stays missing is left out; raises JobNotFound when both are."""
         deadline = time.monotonic() + wait_s
         while True:
-            parts, missing = [], None
+            parts, missing = [], []
             for suffix in ("out", "err"):
                 try:
                     parts.append(self._worker_log(where, suffix, tail))
                 except JobNotFound as exc:
-                    missing = exc
-            if len(parts) == 2 or (parts and time.monotonic() > deadline):
+                    missing.append(exc)
+            other = [e for e in missing if "could not find a log file" not in str(e).lower()]
+            if other:
+                raise other[0]
+            if not missing or (parts and time.monotonic() > deadline):
                 return "\n".join(p for p in parts if p.strip())
-            if missing is not None and (
-                "could not find a log file" not in str(missing).lower()
-                or time.monotonic() > deadline
-            ):
-                raise missing
+            if time.monotonic() > deadline:
+                raise missing[0]
             time.sleep(0.5)
 
     def _worker_log(self, where: dict[str, Any], suffix: str, tail: int | None) -> str:
@@ -166,11 +166,10 @@ class JobLogs:
 
 
 def _refusal(text: str) -> str:
-    """The sentence of the log API's refusal: its first line that says something (Ray
-    follows "Could not find a log file ..." with one line per query field)."""
+    """The sentence of the log API's refusal: its first line (Ray follows "Could not find
+    a log file ..." with one line per query field)."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    said = [line for line in lines if not line.startswith(("Traceback", "File "))]
-    return (said or lines or ["the log API refused"])[0][:300]
+    return (lines or ["the log API refused"])[0][:300]
 
 
 class _RankFollower:

@@ -47,20 +47,14 @@ class StopControl:
         if self.request is not None:
             self.request["checkpointed"] = True
 
-    def reply(
-        self,
-        rank: int,
-        stop: StopPoint | None,
-        rank_steps: dict[int, int],
-        reported: int = 0,
-    ) -> StopReply:
+    def reply(self, rank: int, stop: StopPoint | None, step: int) -> StopReply:
         """The reply to rank ``rank``'s batch; ``stop``: its stop point count, if sent;
-        ``rank_steps`` the steps the ranks counted, ``reported`` the last report's step
-        (a plain Ray Train loop counts no steps of its own)."""
+        ``step``: the furthest step known (counted by the ranks, or reported: a plain
+        Ray Train loop counts none of its own)."""
         if self.request is None:
             return {"stop": False}
         if stop is not None:
-            self._agree(rank, stop, max(max(rank_steps.values(), default=0), reported))
+            self._agree(rank, stop, step)
         return {"stop": True, "at": self.request.get("at")}
 
     def _agree(self, rank: int, info: StopPoint, step: int) -> None:

@@ -69,10 +69,7 @@ class CheckpointModels:
         again at the next call (a model already created is not created again)."""
         deadline = None if budget_s is None else time.monotonic() + budget_s
         while self._pending:
-            batch = self._created(client, run_id, deadline)
-            if not batch:
-                return
-            self._link(client, run_id, batch)
+            self._link(client, run_id, self._created(client, run_id, deadline))
             if deadline is not None and time.monotonic() > deadline:
                 return
 

@@ -168,8 +168,8 @@ class JobRecord:
         for ckpt in batch.get("checkpoints", ()):
             if self.derived.checkpoint_rank(rank):
                 self._checkpoint_saved(ckpt)
-        steps, reported = self.attempts.rank_steps, self.reports.last_step
-        return self.stop_control.reply(rank, batch.get("stop"), steps, reported)
+        step = max([0, *self.attempts.rank_steps.values(), self.reports.last_step])
+        return self.stop_control.reply(rank, batch.get("stop"), step)
 
     def _rank0_batch(self, batch: WorkerBatch, counters: Any, points: Any) -> None:
         if "restore" in batch:

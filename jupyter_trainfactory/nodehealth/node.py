@@ -130,6 +130,14 @@ def parse_output(logs: str) -> dict[str, Any] | None:
     return None
 
 
+def cluster_health(manager, timeout_s: float = TASK_TIMEOUT_S):
+    """Every alive node's :class:`~.report.HealthReport` on ``manager``'s cluster: the
+    health job (:func:`run_health`, its errors) read against what Ray advertises."""
+    from .report import build_report
+
+    return build_report(manager.cluster(settle_s=5.0), run_health(manager, timeout_s=timeout_s))
+
+
 def run_health(manager, timeout_s: float = TASK_TIMEOUT_S) -> dict[str, Any]:
     """Kernel side: submit the health job to ``manager``'s cluster through its Jobs API
     client and return what :func:`check_all_nodes` found there.

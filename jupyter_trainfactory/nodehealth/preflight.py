@@ -27,13 +27,12 @@ def refusal(report: HealthReport, node_ids: Iterable[str]) -> str | None:
 
 
 def preflight(manager, node_ids: Iterable[str], timeout_s: float = 30.0) -> HealthReport:
-    """Run the health check (:func:`~.node.run_health`) on ``manager``'s cluster and
+    """Run the health check (:func:`~.node.cluster_health`) on ``manager``'s cluster and
     raise SpecError with :func:`refusal`'s sentence when a node the job may use failed.
     Returns the report otherwise."""
-    from .node import run_health
-    from .report import build_report
+    from .node import cluster_health
 
-    report = build_report(manager.cluster(settle_s=5.0), run_health(manager, timeout_s=timeout_s))
+    report = cluster_health(manager, timeout_s=timeout_s)
     sentence = refusal(report, node_ids)
     if sentence:
         raise SpecError(sentence)
