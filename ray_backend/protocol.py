@@ -67,7 +67,10 @@ class Counters(TypedDict, total=False):
     tokens: float
     step_time_s: float  # s inside trainfactory.step()
     data_wait_s: float  # s inside trainfactory.data_wait()
-    comm_s: float  # s of gradient allreduces
+    comm_s: float  # s of collectives: DDP's allreduces, FSDP2's all-gathers and reduce-scatters
+    all_gather_s: float  # the all-gathers' part of comm_s
+    reduce_scatter_s: float  # the reduce-scatters' part of comm_s
+    ingest_rows: float  # rows a Ray Data shard handed to the loop
     step_times: list[float]  # this batch's step durations, s (at most 256)
 
 

@@ -9,7 +9,9 @@ which, without any change to the user's code,
 - wraps ``ray.train.report`` so a report that carries a checkpoint is timed (seconds,
   bytes, MB/s),
 - wraps ``ray.train.get_dataset_shard`` so the wait for each batch of a Ray Data shard
-  counts as data wait (``ingest.TimedShard``),
+  counts as data wait and its rows as ingest (``ingest.TimedShard``),
+- times FSDP2's all-gathers and reduce-scatters and watches the model ``fully_shard``
+  returns (``collectives``),
 - starts a background thread that ships buffered telemetry to the recorder about every
   0.5 s with fire-and-forget actor calls, so ``log``, ``step`` and ``data_wait`` cost the
   training loop a lock and a list append.
@@ -380,6 +382,11 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
         if stop_seen:  # tells the recorder: the first report at the agreed stop point
             metrics = {**metrics, STOP_SEEN: 1}
             worker.drain()  # every step logged so far reaches the run before the job ends
+        if not worker.steps:
+            # a loop that counts no steps (plain Ray Train code): its reports are its
+            # steps, and its counters (data wait, collectives, ingest) go out before the
+            # report, so the recorder derives them at this step (an actor call, no wait)
+            worker.flush()
         if checkpoint is None:
             return report(metrics, checkpoint, *args, **kwargs)
         nbytes = None
@@ -408,7 +415,9 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     # a Ray Data shard's batches count as data wait (ray_backend.ingest)
     shard = ray.train.get_dataset_shard
     originals.append((ray.train, "get_dataset_shard", shard))
-    ray.train.get_dataset_shard = timed_get_dataset_shard(shard, worker.add_data_wait)
+    ray.train.get_dataset_shard = timed_get_dataset_shard(
+        shard, worker.add_data_wait, worker.add_ingest_rows
+    )
     try:
         import ray.train.torch as rtt
 
@@ -423,11 +432,13 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     except ImportError:  # no torch on this worker
         pass
 
-    from ray_backend.integrations import install
+    from ray_backend import collectives, integrations
 
-    undo_integrations = install(worker, watch)  # Lightning and Hugging Face trainers
+    undo_integrations = integrations.install(worker, watch)  # Lightning and Hugging Face
+    undo_collectives = collectives.install(worker, watch)  # FSDP2's all-gather, reduce-scatter
 
     def undo() -> None:
+        undo_collectives()
         undo_integrations()
         for module, name, value in originals:
             setattr(module, name, value)

@@ -58,13 +58,15 @@ class WorkerTelemetry:
         self._step_time = 0.0
         self._data_wait = 0.0
         self._comm = 0.0
+        self._comm_kinds = {"all_gather": 0.0, "reduce_scatter": 0.0}
+        self._ingest_rows = 0.0
         self._step_times: list[float] = []
         self._extra: dict[InfoKind, dict[str, Any]] = {}
         self._checkpoints: list[CheckpointSaved] = []
         self._dirty = False
         self._warned: set[str] = set()
         self._last_sent = 0.0
-        self._comm_events: list[tuple[Any, Any]] = []  # CUDA (start, end) pairs to resolve
+        self._comm_events: list[tuple[Any, Any, str | None]] = []  # CUDA (start, end, kind)
         self._interval = flush_interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -131,15 +133,24 @@ class WorkerTelemetry:
             self._data_wait += seconds
             self._dirty = True
 
-    def add_comm(self, seconds: float) -> None:
+    def add_ingest_rows(self, rows: float) -> None:
         with self._lock:
-            self._comm += seconds
+            self._ingest_rows += rows
             self._dirty = True
 
-    def add_comm_events(self, start: Any, end: Any) -> None:
-        """A CUDA allreduce's start and end events, resolved by the shipping thread."""
+    def add_comm(self, seconds: float, kind: str | None = None) -> None:
+        """A collective's ``seconds`` in flight; ``kind``: ``all_gather``,
+        ``reduce_scatter`` or None (an allreduce)."""
         with self._lock:
-            self._comm_events.append((start, end))
+            self._comm += seconds
+            if kind is not None:
+                self._comm_kinds[kind] += seconds
+            self._dirty = True
+
+    def add_comm_events(self, start: Any, end: Any, kind: str | None = None) -> None:
+        """A CUDA collective's start and end events, resolved by the shipping thread."""
+        with self._lock:
+            self._comm_events.append((start, end, kind))
 
     def add_checkpoint(self, seconds: float, nbytes: int | None, step: int | None = None) -> None:
         """A checkpoint saved in ``seconds``: ``nbytes`` big, keeping progress up to
@@ -190,17 +201,16 @@ class WorkerTelemetry:
         with self._lock:
             events, self._comm_events = self._comm_events, []
         pending = []
-        seconds = 0.0
-        for start, end in events:
+        done: list[tuple[float, str | None]] = []
+        for start, end, kind in events:
             if end.query():
-                seconds += start.elapsed_time(end) / 1000.0
+                done.append((start.elapsed_time(end) / 1000.0, kind))
             else:
-                pending.append((start, end))
+                pending.append((start, end, kind))
         with self._lock:
             self._comm_events[:0] = pending
-            if seconds:
-                self._comm += seconds
-                self._dirty = True
+        for seconds, kind in done:
+            self.add_comm(seconds, kind)
 
     def batch(self) -> WorkerBatch | None:
         """Take what was recorded since the previous batch (None when nothing changed)."""
@@ -217,6 +227,9 @@ class WorkerTelemetry:
                 step_time_s=self._step_time,
                 data_wait_s=self._data_wait,
                 comm_s=self._comm,
+                all_gather_s=self._comm_kinds["all_gather"],
+                reduce_scatter_s=self._comm_kinds["reduce_scatter"],
+                ingest_rows=self._ingest_rows,
                 step_times=self._step_times,
             )
             batch = WorkerBatch(counters=counters, points=self._points, checks=self._checks)

@@ -153,7 +153,7 @@ def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
     assert board.source_of("memory", "n1 gpu0").data["y"] == [40.0]  # GiB
     split = board.source_of("step_split").data
     assert split["data wait"] == [pytest.approx(0.0124 * 0.15)]
-    assert split["allreduce"] == [pytest.approx(0.0124 * 0.08)]
+    assert split["communication"] == [pytest.approx(0.0124 * 0.08)]
     assert split["compute"] == [pytest.approx(0.0124 * 0.77)]
     board.close()
 
@@ -468,4 +468,27 @@ def test_after_a_resume_the_latest_numbers_are_the_resumed_submissions(run):
     from jupyter_trainfactory.runreads import current_metrics
 
     assert current_metrics(run_now)["train/samples_per_s"] == 333.0  # the panel's numbers
+    board.close()
+
+
+def test_header_names_fsdp2_collectives_and_the_ingest_rate(run):
+    uri, client, run_id = run
+    values = {
+        "train/step_time_s": 0.1,
+        "train/data_wait_fraction": 0.05,
+        "train/ingest_rows_per_s": 1200.0,
+        "train/comm_fraction": 0.3,
+        "train/comm_s": 0.03,
+        "train/all_gather_s": 0.02,
+        "train/reduce_scatter_s": 0.01,
+    }
+    client.log_batch(run_id, metrics=[Metric(k, v, 1000, 3) for k, v in values.items()])
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    header = board._header.value
+    assert "data wait 5.0 % (ingest 1,200 rows/s)" in header
+    assert (
+        "communication 30.0 % (all-gather 20.0 ms/step, reduce-scatter 10.0 ms/step;"
+        " may overlap compute)" in header
+    )
+    assert "allreduce" not in header
     board.close()

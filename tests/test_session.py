@@ -291,3 +291,33 @@ def test_a_key_from_log_and_save_checkpoint_is_written_once_per_step(tmp_path):
     assert loss == [(2, 0.1), (10, 0.5), *[(s, 0.25) for s in range(15, 21)]]
     models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
     assert sorted((x.step, x.value) for m in models for x in m.metrics) == [(10, 0.5), (20, 0.25)]
+
+
+@pytest.mark.timeout(120)
+def test_fsdp2_collectives_are_timed_and_the_unsharded_model_counted():
+    """Two gloo ranks (tests/fsdp2_ranks.py, fresh processes: a fork would inherit this
+    process's gloo and OpenMP threads) train an FSDP2 model 2 steps under the timing."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from jupyter_trainfactory.services import _free_port
+
+    script = Path(__file__).with_name("fsdp2_ranks.py")
+    port = str(_free_port())
+    ranks = [
+        subprocess.Popen([sys.executable, str(script), str(r), port], stdout=subprocess.PIPE)
+        for r in (0, 1)
+    ]
+    outs = [p.communicate(timeout=100)[0] for p in ranks]
+    assert [p.returncode for p in ranks] == [0, 0]
+    for out in outs:
+        got = json.loads(out.decode().strip().splitlines()[-1])
+        assert got["n_params"] == 16 * 32 + 32 + 32 * 4 + 4  # the unsharded model, each rank
+        counters = got["counters"]
+        assert counters["all_gather_s"] > 0 and counters["reduce_scatter_s"] > 0
+        assert counters["comm_s"] == pytest.approx(
+            counters["all_gather_s"] + counters["reduce_scatter_s"]
+        )
+        assert got["undone"]

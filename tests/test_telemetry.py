@@ -441,6 +441,44 @@ def test_job_throughput_stale_rank_counts_with_rate_zero():
     assert jt.steps == 30
 
 
+def test_job_throughput_fsdp_collectives_and_ingest():
+    # FSDP2 ranks: comm_s holds the all-gathers and reduce-scatters, each also by kind;
+    # a Ray Data shard's rows are the ingest (summed over ranks)
+    jt = JobThroughput(world_size=2)
+    for rank in (0, 1):
+        jt.update(rank, StepCounters(time=100.0, steps=0))
+    jt.derive(now=100.0)
+    # in 2 s each rank: 4 steps, 0.6 s all-gather + 0.2 s reduce-scatter, 256 rows
+    for rank in (0, 1):
+        jt.update(
+            rank,
+            StepCounters(
+                time=102.0,
+                steps=4,
+                comm_s=0.8,
+                all_gather_s=0.6,
+                reduce_scatter_s=0.2,
+                ingest_rows=256,
+            ),
+        )
+    got = jt.derive(now=102.0)
+    assert got["train/comm_s"] == approx(0.8 / 4)
+    assert got["train/all_gather_s"] == approx(0.6 / 4)
+    assert got["train/reduce_scatter_s"] == approx(0.2 / 4)
+    assert got["train/comm_fraction"] == approx(0.4)
+    assert got["train/ingest_rows"] == 512
+    assert got["train/ingest_rows_per_s"] == approx(256)
+
+
+def test_job_throughput_without_fsdp_or_ray_data_has_no_such_keys():
+    jt = _fed(gpus_per_worker=1)
+    jt.derive(now=200.0)
+    jt.update(0, R0_B)
+    jt.update(1, R1_B)
+    got = jt.derive(now=205.0)
+    assert not {"train/all_gather_s", "train/reduce_scatter_s", "train/ingest_rows"} & set(got)
+
+
 def test_job_throughput_restart_resets_baseline():
     jt = JobThroughput(gpus_per_worker=1)
     jt.update(0, R0_A)

@@ -100,10 +100,12 @@ def performance_cells(model: DashboardModel) -> list[str]:
         cells.append(text)
     split = []
     if v("train/data_wait_fraction") is not None:
-        split.append(f"data wait {pct(v('train/data_wait_fraction'))}")
+        wait = f"data wait {pct(v('train/data_wait_fraction'))}"
+        if v("train/ingest_rows_per_s") is not None:  # a Ray Data shard's rows
+            wait += f" (ingest {fmt_number(v('train/ingest_rows_per_s'), 'rows/s')})"
+        split.append(wait)
     if v("train/comm_fraction") is not None:
-        per_step = f"{fmt_ms(v('train/comm_s'))}/step, " if v("train/comm_s") else ""
-        split.append(f"allreduce {pct(v('train/comm_fraction'))} ({per_step}may overlap compute)")
+        split.append(_comm_cell(v))
     if split:
         cells.append("<b>wall time</b> " + " · ".join(split))
     if v("checkpoint/save_s") is not None:
@@ -320,3 +322,20 @@ def _mem(used: float | None, total: float | None) -> str:
         return "n/a"
     text = f"{used / 1024:.1f}"
     return text + (f" / {total / 1024:.0f} GiB" if total else " GiB")
+
+
+def _comm_cell(v) -> str:
+    """The communication share: DDP's allreduce, or FSDP2's all-gather and reduce-scatter
+    (each per step) when the job issued those."""
+    kinds = [
+        f"{name} {fmt_ms(v(key))}/step"
+        for name, key in (
+            ("all-gather", "train/all_gather_s"),
+            ("reduce-scatter", "train/reduce_scatter_s"),
+        )
+        if v(key)
+    ]
+    if kinds:
+        return f"communication {pct(v('train/comm_fraction'))} ({', '.join(kinds)}; may overlap compute)"
+    per_step = f"{fmt_ms(v('train/comm_s'))}/step, " if v("train/comm_s") else ""
+    return f"allreduce {pct(v('train/comm_fraction'))} ({per_step}may overlap compute)"

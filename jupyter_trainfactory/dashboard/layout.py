@@ -5,7 +5,7 @@ Sections, top to bottom, under the header line of numbers:
 1. ``user``: the loop's own metrics (``loss``, ``val_accuracy``, ...), one plot each, by step;
 2. ``system``: throughput (by step), accelerator utilization and memory per device (one line
    per GPU, or per node's CPU without GPUs, by elapsed time), and the step time split into
-   compute, data wait and allreduce (by step);
+   compute, data wait and communication (allreduce, or all-gather and reduce-scatter; by step);
 3. ``cost``: goodput and cost plots, in a collapsed section (their numbers are in the header).
 
 Everything else (checkpoint, energy, fault and ``train/*`` counters) is a number in the
@@ -51,7 +51,7 @@ DEVICE_PLOTS = (
 )
 #: The step-time split's plot: ``(id, title)``; its parts come from ``train/step_time_s``
 #: times ``train/data_wait_fraction`` and ``train/comm_fraction`` (compute is the rest).
-STEP_SPLIT = ("step_split", "step time: compute · data wait · allreduce (s)")
+STEP_SPLIT = ("step_split", "step time: compute · data wait · communication (s)")
 #: Cost and goodput series worth a plot (in the collapsed section), with their titles.
 _COST_PLOTS = {
     "goodput/ettr": "ETTR (effective training time ratio)",

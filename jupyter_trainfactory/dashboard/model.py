@@ -180,10 +180,11 @@ class DashboardModel:
         return new
 
     def step_split(self, after: int | None = None) -> list[tuple[int, float, float, float]]:
-        """``(step, compute_s, data_wait_s, allreduce_s)`` per ``train/step_time_s`` point
+        """``(step, compute_s, data_wait_s, comm_s)`` per ``train/step_time_s`` point
         after step ``after``: the step time times ``train/data_wait_fraction`` and
         ``train/comm_fraction`` at that step (or the last one before it); compute is the
-        rest, never below 0 (allreduce may overlap compute: DDP's bucketed allreduce)."""
+        rest, never below 0 (communication may overlap compute: DDP's bucketed allreduce,
+        FSDP2's prefetched all-gathers)."""
         times = self.series.get("train/step_time_s") or ()
         fractions = {
             name: dict(self.series.get(key) or ())

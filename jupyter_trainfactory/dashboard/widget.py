@@ -336,7 +336,7 @@ class JobDashboard(widgets.VBox):
         if rows:
             plot_id, title = layout.STEP_SPLIT
             self._system.stacked(
-                plot_id, rows, ("compute", "data wait", "allreduce"), title, _STEP_AXIS
+                plot_id, rows, ("compute", "data wait", "communication"), title, _STEP_AXIS
             )
             self._split_after = rows[-1][0]
 

@@ -113,8 +113,14 @@ class StepCounters:
     data_wait_s : float
         Total time inside ``trainfactory.data_wait()``, s.
     comm_s : float
-        Total time gradient allreduces were in flight (DDP comm hook), s; it may overlap
-        compute, so it is an upper bound on exposed communication.
+        Total time collectives were in flight, s: DDP's gradient allreduces (its comm
+        hook) and FSDP2's all-gathers and reduce-scatters. It may overlap compute, so it
+        is an upper bound on exposed communication.
+    all_gather_s, reduce_scatter_s : float
+        The part of ``comm_s`` that ``torch.distributed.all_gather_single`` and
+        ``reduce_scatter_single`` took (the collectives FSDP2 issues), s.
+    ingest_rows : float
+        Rows a Ray Data shard's iterators handed to the loop (``ray_backend.ingest``).
     step_times : list of float
         Durations of the steps completed since the previous counters, s (at most a few
         hundred; older ones are dropped by the worker).
@@ -127,6 +133,9 @@ class StepCounters:
     step_time_s: float = 0.0
     data_wait_s: float = 0.0
     comm_s: float = 0.0
+    all_gather_s: float = 0.0
+    reduce_scatter_s: float = 0.0
+    ingest_rows: float = 0.0
     step_times: list[float] = field(default_factory=list)
 
 
@@ -211,40 +220,44 @@ class JobThroughput:
         ``train/tokens_per_s_per_worker``, ``train/tokens_per_s_per_gpu`` (GPU jobs),
         ``train/samples``, ``train/tokens`` (totals), ``train/step_time_s`` (mean, s),
         ``train/step_time_p50_s``, ``train/step_time_p95_s``, ``train/data_wait_fraction``,
-        ``train/comm_s`` (allreduce time per step, s), ``train/comm_fraction`` (of wall
-        time; may overlap compute), ``train/mfu`` (fraction; only with a FLOPs count and
-        a peak). A key is left out when nothing measured it (no tokens reported, say).
+        ``train/comm_s`` (collective time per step, s), ``train/comm_fraction`` (of wall
+        time; may overlap compute), ``train/all_gather_s`` and ``train/reduce_scatter_s``
+        (FSDP2's collectives per step, s), ``train/ingest_rows`` and
+        ``train/ingest_rows_per_s`` (Ray Data rows handed to the loops, sum over ranks),
+        ``train/mfu`` (fraction; only with a FLOPs count and a peak). A key is left out
+        when nothing measured it (no tokens reported, say).
         """
         if not self._ranks:
             return {}
-        totals = {"samples": 0.0, "tokens": 0.0}
-        rates = {"samples": 0.0, "tokens": 0.0}
+        counted = ("samples", "tokens", "ingest_rows")
+        totals = dict.fromkeys(counted, 0.0)
+        rates = dict.fromkeys(counted, 0.0)
         fractions: dict[str, list[float]] = {"data_wait": [], "comm": []}
-        d_steps = d_step_time = d_comm = 0.0
-        saw = dict.fromkeys(("samples", "tokens", "step_time", "data_wait", "comm"), False)
+        per_step = dict.fromkeys(("comm_s", "all_gather_s", "reduce_scatter_s"), 0.0)
+        d_steps = d_step_time = 0.0
+        saw = dict.fromkeys((*counted, *per_step, "step_time", "data_wait"), False)
         for state in self._ranks.values():
             cur, prev = state.cur, state.prev
-            for name in ("samples", "tokens"):
-                totals[name] += getattr(cur, name)
+            for name in (*counted, *per_step):
+                totals[name] = totals.get(name, 0.0) + getattr(cur, name)
                 saw[name] |= getattr(cur, name) > 0
             saw["step_time"] |= cur.step_time_s > 0
             saw["data_wait"] |= cur.data_wait_s > 0
-            saw["comm"] |= cur.comm_s > 0
             dt = cur.time - prev.time
             if dt > 0:
                 state.rates = {
-                    "samples": (cur.samples - prev.samples) / dt,
-                    "tokens": (cur.tokens - prev.tokens) / dt,
-                    "data_wait": (cur.data_wait_s - prev.data_wait_s) / dt,
-                    "comm": (cur.comm_s - prev.comm_s) / dt,
+                    name: (getattr(cur, name) - getattr(prev, name)) / dt for name in counted
                 }
+                state.rates["data_wait"] = (cur.data_wait_s - prev.data_wait_s) / dt
+                state.rates["comm"] = (cur.comm_s - prev.comm_s) / dt
                 d_steps += cur.steps - prev.steps
                 d_step_time += cur.step_time_s - prev.step_time_s
-                d_comm += cur.comm_s - prev.comm_s
+                for name in per_step:
+                    per_step[name] += getattr(cur, name) - getattr(prev, name)
                 state.prev = cur
             elif now - state.received > self.stale_s:
                 state.rates = {k: 0.0 for k in state.rates}
-            for name in ("samples", "tokens"):
+            for name in counted:
                 rates[name] += state.rates.get(name, 0.0)
             for name in fractions:
                 if name in state.rates:
@@ -277,8 +290,13 @@ class JobThroughput:
             out["train/step_time_p95_s"] = percentile(self._durations, 95)
         if saw["data_wait"] and fractions["data_wait"]:
             out["train/data_wait_fraction"] = sum(fractions["data_wait"]) / workers
-        if saw["comm"] and fractions["comm"]:
+        if saw["comm_s"] and fractions["comm"]:
             out["train/comm_fraction"] = sum(fractions["comm"]) / workers
-            if d_steps > 0:
-                out["train/comm_s"] = d_comm / d_steps
+        for name, seconds in per_step.items():
+            if saw[name] and d_steps > 0:
+                out[f"train/{name}"] = seconds / d_steps
+        if saw["ingest_rows"]:
+            out["train/ingest_rows"] = totals["ingest_rows"]
+            if measured:
+                out["train/ingest_rows_per_s"] = rates["ingest_rows"]
         return out
