@@ -195,13 +195,19 @@ class DerivedNumbers:
         return series
 
     # -- the derive clock -------------------------------------------------------------
-    def tick(self, now: float, key: Callable[[str], str]) -> Update:
+    def tick(self, now: float, key: Callable[[str], str], report_step: int = -1) -> Update:
         """One tick of the derive clock at ``now``: ``train/*`` (when rank 0 made
-        progress), the cluster GPU aggregates and ``energy/gpu_kwh``."""
+        progress), the cluster GPU aggregates and ``energy/gpu_kwh``.
+
+        Progress is rank 0's counted steps (``trainfactory.step``/``log``); in a loop that
+        counts none (plain Ray Train code), it is ``report_step``, the last step a report
+        wrote, so its data wait, communication and ingest are derived at each report,
+        not once."""
         self.ticks += 1
         ts = int(now * 1000)
         update = Update()
-        step = self._train_offset + self.throughput.steps
+        counted = self.throughput.steps
+        step = self._train_offset + counted if counted or report_step < 0 else report_step
         if step > self._derived_step:
             values = self.throughput.derive(now)
             if values:

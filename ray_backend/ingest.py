@@ -7,8 +7,9 @@ returns the lineage tags of those a function built (``jupyter_trainfactory.datas
 
 Worker side: :class:`TimedShard` wraps the ``DataIterator`` that
 ``ray.train.get_dataset_shard`` returns, so the time each ``next()`` of its batch and row
-iterators waits counts as the worker's data wait (``train/data_wait_fraction``), with
-the loop itself unchanged. Imports neither Ray nor torch at import time.
+iterators waits counts as the worker's data wait (``train/data_wait_fraction``) and the
+rows it hands over as its ingest (``train/ingest_rows_per_s``), with the loop itself
+unchanged. Imports neither Ray nor torch at import time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["TimedShard", "build_datasets", "data_config", "timed_get_dataset_shard", "timed_iter"]
+__all__ = [
+    "TimedShard",
+    "batch_rows",
+    "build_datasets",
+    "data_config",
+    "timed_get_dataset_shard",
+    "timed_iter",
+]
 
 
 def build_datasets(datasets: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
@@ -69,9 +77,17 @@ def data_config(dataset_config: str | None):
     return DataConfig(datasets_to_split=datasets_to_split(dataset_config))
 
 
-def timed_iter(iterable: Iterable, add_wait: Callable[[float], None]) -> Iterator:
-    """``iterable``'s items, with the seconds each ``next()`` took passed to ``add_wait``."""
+def timed_iter(
+    iterable: Iterable,
+    add_wait: Callable[[float], None],
+    add_rows: Callable[[float], None] | None = None,
+    rows: Callable[[Any], int | None] | None = None,
+) -> Iterator:
+    """``iterable``'s items, with the seconds each ``next()`` took passed to ``add_wait``
+    and, with ``add_rows``, the rows of each item (``rows(item)``; default
+    :func:`batch_rows`) passed to it."""
     iterator = iter(iterable)
+    count = rows or batch_rows
     while True:
         t0 = time.perf_counter()
         try:
@@ -79,13 +95,36 @@ def timed_iter(iterable: Iterable, add_wait: Callable[[float], None]) -> Iterato
         except StopIteration:
             return
         add_wait(time.perf_counter() - t0)
+        if add_rows is not None:
+            n = count(item)
+            if n:
+                add_rows(n)
         yield item
+
+
+def batch_rows(batch: Any) -> int | None:
+    """The rows of one Ray Data batch: a dict of columns (numpy arrays, tensors), a
+    pandas DataFrame, a pyarrow Table or one array or tensor; None when it has no length
+    (a ``collate_fn``'s own type)."""
+    if isinstance(batch, dict):
+        batch = next(iter(batch.values()), None)
+    num_rows = getattr(batch, "num_rows", None)  # pyarrow
+    if isinstance(num_rows, int):
+        return num_rows
+    shape = getattr(batch, "shape", None)  # numpy, torch, pandas
+    if shape:
+        return int(shape[0])
+    try:
+        return len(batch)
+    except TypeError:
+        return None
 
 
 class TimedShard:
     """A ``ray.data.DataIterator`` whose ``iter_batches``, ``iter_torch_batches``,
     ``iter_tf_batches`` and ``iter_rows`` hand the seconds each ``next()`` waits to
-    ``add_wait`` (``WorkerTelemetry.add_data_wait``); everything else is the shard's own.
+    ``add_wait`` (``WorkerTelemetry.add_data_wait``) and the rows it returned to
+    ``add_rows`` (``WorkerTelemetry.add_ingest_rows``); everything else is the shard's own.
 
     The wait is the whole ``next()``: Ray Data's prefetching, collation and the copy to
     the device that ``iter_torch_batches`` does, as a loop waiting on it sees it.
@@ -93,17 +132,25 @@ class TimedShard:
 
     _TIMED = ("iter_batches", "iter_torch_batches", "iter_tf_batches", "iter_rows")
 
-    def __init__(self, shard: Any, add_wait: Callable[[float], None]):
+    def __init__(
+        self,
+        shard: Any,
+        add_wait: Callable[[float], None],
+        add_rows: Callable[[float], None] | None = None,
+    ):
         self._shard = shard
         self._add_wait = add_wait
+        self._add_rows = add_rows
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._shard, name)
         if name not in self._TIMED:
             return attr
 
+        rows = _one_row if name == "iter_rows" else None
+
         def timed(*args: Any, **kwargs: Any) -> Iterator:
-            return timed_iter(attr(*args, **kwargs), self._add_wait)
+            return timed_iter(attr(*args, **kwargs), self._add_wait, self._add_rows, rows)
 
         return timed
 
@@ -111,13 +158,21 @@ class TimedShard:
         return f"TimedShard({self._shard!r})"
 
 
-def timed_get_dataset_shard(original: Callable, add_wait: Callable[[float], None]) -> Callable:
+def _one_row(_: Any) -> int:
+    return 1
+
+
+def timed_get_dataset_shard(
+    original: Callable,
+    add_wait: Callable[[float], None],
+    add_rows: Callable[[float], None] | None = None,
+) -> Callable:
     """``ray.train.get_dataset_shard`` whose shards are :class:`TimedShard` s (None
     stays None: a job without that dataset)."""
 
     def get_dataset_shard(*args: Any, **kwargs: Any) -> Any:
         shard = original(*args, **kwargs)
-        return None if shard is None else TimedShard(shard, add_wait)
+        return None if shard is None else TimedShard(shard, add_wait, add_rows)
 
     get_dataset_shard.__wrapped__ = original
     get_dataset_shard.__doc__ = original.__doc__

@@ -227,7 +227,7 @@ class JobRecord:
     # -- the derive clock -------------------------------------------------------------
     def tick(self, now: float) -> None:
         """The derived numbers of one tick of the derive clock."""
-        self.apply(self.derived.tick(now, self.delivery.key))
+        self.apply(self.derived.tick(now, self.delivery.key, self.reports.last_step))
 
     def goodput_inputs(self, now: float) -> dict[str, Any]:
         """The arguments of ``telemetry.goodput.account`` at ``now``."""

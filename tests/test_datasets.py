@@ -22,7 +22,7 @@ from jupyter_trainfactory.arguments import (
 from jupyter_trainfactory.spec import JobSpec
 from jupyter_trainfactory.spec_values import SpecError, dataset_config_text, datasets_to_split
 from jupyter_trainfactory.trainers import is_torch_trainer, trainer_parts
-from ray_backend.ingest import TimedShard, build_datasets, timed_get_dataset_shard
+from ray_backend.ingest import TimedShard, batch_rows, build_datasets, timed_get_dataset_shard
 
 
 class FakeDataset:
@@ -226,6 +226,29 @@ def test_the_wait_for_each_batch_of_a_shard_is_data_wait():
     assert [b["x"] for b in shard.iter_torch_batches(batch_size=1)] == [[0], [1], [2]]
     assert len(waits) == 3 and all(w >= 0.015 for w in waits)
     assert get(None) is None
+
+
+def test_a_shards_rows_are_its_ingest():
+    rows = []
+    get = timed_get_dataset_shard(lambda name: FakeShard(), [].append, rows.append)
+    shard = get("train")
+    list(shard.iter_torch_batches(batch_size=4))
+    assert rows == [4, 4, 4]
+
+
+def test_the_rows_of_each_kind_of_batch():
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import torch
+
+    assert batch_rows({"x": np.zeros((5, 3)), "y": np.zeros(5)}) == 5
+    assert batch_rows({"x": torch.zeros(7, 2)}) == 7
+    assert batch_rows(pd.DataFrame({"a": [1, 2, 3]})) == 3
+    assert batch_rows(pa.table({"a": [1, 2]})) == 2
+    assert batch_rows([1, 2, 3, 4]) == 4
+    assert batch_rows(object()) is None
+    assert batch_rows({}) is None
 
 
 # -- an existing TorchTrainer ----------------------------------------------------------

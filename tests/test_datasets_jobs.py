@@ -108,6 +108,9 @@ def test_a_ray_data_loop_is_fed_measured_and_recorded(manager, mlflow_client, tm
     assert {m.value for m in batches} == {ROWS / 2 / BATCH}  # each rank: half the rows
     waits = mlflow_client.get_metric_history(job.run_id, "train/data_wait_fraction")
     assert max(m.value for m in waits) > 0  # iter_torch_batches' waits, timed
+    rows = mlflow_client.get_metric_history(job.run_id, "train/ingest_rows")
+    assert max(m.value for m in rows) == ROWS * EPOCHS  # every row, both ranks, each epoch
+    assert run.data.metrics["train/ingest_rows_per_s"] > 0
 
     lineage = json.loads(run.data.tags[f"{TAG.DATASET}train"])
     assert lineage["source"] == str(csv) and lineage["paths"] == [str(csv)]

@@ -589,3 +589,25 @@ def test_a_plain_loops_stop_is_agreed_at_its_reported_step(store, capsys):
         reply = rec.worker_batch(rank, {"checks": 98, "stop": {"checks": 98, "world_size": 2}})
     assert reply == {"stop": True, "at": 99}
     assert "every rank stops at its next stop point (about step 99)" in capsys.readouterr().out
+
+
+def test_a_loop_that_counts_no_steps_gets_its_worker_numbers_at_each_report():
+    """Plain Ray Train code (no trainfactory.step/log): the workers' counters (data wait,
+    collectives, ingest) are derived at each report's step, not once at step 0."""
+    from ray_backend.derived import DerivedNumbers
+
+    derived = DerivedNumbers(workers=1)
+    key = lambda name: name  # noqa: E731
+    derived.counters(0, {"time": 100.0, "steps": 0}, now=100.0)
+    derived.tick(100.0, key, report_step=-1)  # the baseline window
+    rows_at = {}
+    for report_step, t in ((1, 102.0), (2, 104.0), (3, 106.0)):
+        counters = {"time": t, "steps": 0, "data_wait_s": 0.1 * report_step}
+        derived.counters(0, {**counters, "ingest_rows": 64.0 * report_step}, now=t)
+        points = derived.tick(t, key, report_step=report_step).points
+        rows_at.update({step: v for k, v, step, _ in points if k == "train/ingest_rows"})
+        # a second tick at the same report writes no second point for the step
+        assert not [
+            p for p in derived.tick(t + 0.5, key, report_step).points if p[2] == report_step
+        ]
+    assert rows_at == {1: 64.0, 2: 128.0, 3: 192.0}
