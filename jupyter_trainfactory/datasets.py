@@ -151,10 +151,45 @@ def unpack(packed: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _input_files(dataset: Any) -> list[str]:
+    """The files a Dataset's plan reads, without executing it: ``input_files()``, else
+    (a read whose listing is itself a step of the plan, as Ray 2.60's ``read_parquet``)
+    the paths given to the read, local directories listed as the read lists them."""
     try:
-        return sorted(str(p) for p in dataset.input_files())  # the plan's: no execution
+        files = sorted(str(p) for p in dataset.input_files())
+    except Exception:
+        files = []
+    return files or _listed(_read_paths(dataset))
+
+
+def _read_paths(dataset: Any) -> list[str]:
+    """The ``paths`` given to the reads of ``dataset``'s logical plan (its ``ListFiles``
+    operators' ``source_paths``); [] when the plan is not one Ray exposes so."""
+    paths: list[str] = []
+    try:
+        stack = [dataset._logical_plan.dag]
+        while stack:
+            op = stack.pop()
+            found = getattr(op, "source_paths", None)
+            if isinstance(found, (list, tuple)):
+                paths += [str(p) for p in found]
+            stack += list(getattr(op, "_input_dependencies", None) or ())
     except Exception:
         return []
+    return paths
+
+
+def _listed(paths: list[str]) -> list[str]:
+    """``paths`` with each local directory replaced by the files under it (sorted; names
+    starting with ``.`` or ``_`` left out, as Arrow's dataset discovery does)."""
+    files: list[str] = []
+    for path in paths:
+        if _SCHEME.match(path) or not os.path.isdir(path):
+            files.append(path)
+            continue
+        for root, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            files += [os.path.join(root, n) for n in names if not n.startswith((".", "_"))]
+    return sorted(files)
 
 
 def _local_paths(dataset: Any) -> list[str]:

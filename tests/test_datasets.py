@@ -179,6 +179,26 @@ def test_a_datasets_lineage_is_what_its_plan_knows(tmp_path):
     assert '"digest_of": "content"' in tag and str(data) in tag
 
 
+def test_a_read_that_lists_its_files_in_the_plan_is_described_by_its_paths(tmp_path):
+    # Ray 2.60's read_parquet: input_files() is [] before execution; the plan's
+    # ListFiles operator holds the paths given to the read (a directory here)
+    class Op:
+        def __init__(self, deps=(), **attrs):
+            self._input_dependencies = list(deps)
+            self.__dict__.update(attrs)
+
+    folder = tmp_path / "train"
+    folder.mkdir()
+    for name, body in (("part-1.parquet", b"b"), ("part-0.parquet", b"a"), ("_SUCCESS", b"")):
+        (folder / name).write_bytes(body)
+    dataset = FakeDataset()
+    dataset._logical_plan = Op(dag=Op([Op(source_paths=[str(folder)])]))
+    described = datasets.describe("train", dataset, where="driver")
+    files = [str(folder / "part-0.parquet"), str(folder / "part-1.parquet")]
+    assert described.profile["paths"] == files and described.profile["files"] == 2
+    assert (described.source, described.digest_of) == (str(folder), "content")
+
+
 def test_what_is_not_known_is_said_so():
     fn = datasets.describe("train", lambda: FakeDataset())
     assert fn.source.startswith("<function ") and fn.source.endswith("<lambda>>")
