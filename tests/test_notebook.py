@@ -63,3 +63,15 @@ def test_tiny_gpt_notebook_beats_the_unigram_entropy(services):
     )
     assert float(final) < float(entropy.split(")")[0]) - 0.3
     assert "tokens/s per worker" in result.stdout and "MB/s" in result.stdout
+
+
+@pytest.mark.job
+@pytest.mark.timeout(600)
+def test_ray_data_notebook_trains_from_parquet(services):
+    """examples/ray_data.ipynb: the digits from Parquet through Ray Data on 2 workers; its
+    last cell asserts the accuracy, the rows ingested and the data wait from MLflow."""
+    result = _run_notebook("ray_data.ipynb")
+    assert ": SUCCEEDED, run FINISHED" in result.stdout
+    accuracy = float(result.stdout.split("final validation accuracy: ")[1].split()[0])
+    assert accuracy >= 0.90
+    assert "dataset train: [" in result.stdout and "dataset validation: [" in result.stdout
