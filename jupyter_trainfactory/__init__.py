@@ -10,11 +10,19 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["attach", "health", "launch", "list_jobs", "load_ipython_extension", "reliability"]
+__all__ = [
+    "attach",
+    "health",
+    "launch",
+    "list_jobs",
+    "load_ipython_extension",
+    "poc",
+    "reliability",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("launch", "attach", "list_jobs", "get_manager", "reliability", "health"):
+    if name in ("launch", "attach", "list_jobs", "get_manager", "reliability", "health", "poc"):
         from . import api
 
         return getattr(api, name)

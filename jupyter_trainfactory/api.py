@@ -12,7 +12,7 @@ from .jobs import Job, JobInfo, JobManager
 from .spec import JobSpec
 from .trainers import is_torch_trainer, merge_options, trainer_parts
 
-__all__ = ["attach", "get_manager", "health", "launch", "list_jobs", "reliability"]
+__all__ = ["attach", "get_manager", "health", "launch", "list_jobs", "poc", "reliability"]
 
 _managers: dict[tuple, JobManager] = {}
 
@@ -199,3 +199,41 @@ def health(
     from .nodehealth.node import cluster_health
 
     return cluster_health(get_manager(address, tracking_uri, storage), timeout_s=timeout)
+
+
+def poc(
+    workers: int = 2,
+    gpus_per_worker: float = 0.0,
+    *,
+    cpus_per_worker: float = 1.0,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    thresholds: str | None = None,
+    quick: bool = False,
+    checkpoint_mb: float | None = None,
+    html: str | None = None,
+    progress=print,
+):
+    """Prove a cluster before trusting it: node health, then one job that measures the
+    matmul rate, allreduce / all-gather / reduce-scatter bus bandwidth, checkpoint save
+    and restore, tokens/s and MFU of a reference model, and the recovery from a killed
+    worker; each stage printed as it comes. Returns a :class:`~.poc.report.PocReport`
+    (``.text()``, ``.passed``, ``.checks``, ``.html_path``), also written to its MLflow
+    run in experiment ``trainfactory-poc`` (see :func:`.poc.run.poc` for the options).
+    Raises SpecError for a bad thresholds file or resources the cluster cannot give."""
+    from .poc.run import poc as run_poc
+
+    return run_poc(
+        workers,
+        gpus_per_worker,
+        cpus_per_worker=cpus_per_worker,
+        address=address,
+        tracking_uri=tracking_uri,
+        storage=storage,
+        thresholds=thresholds,
+        quick=quick,
+        checkpoint_mb=checkpoint_mb,
+        html=html,
+        progress=progress,
+    )

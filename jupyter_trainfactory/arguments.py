@@ -84,6 +84,7 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     _add_reports(sub)
     _add_job_views(sub)
     _add_cluster(sub)
+    _add_poc(sub)
     return parser
 
 
@@ -270,6 +271,34 @@ def _add_cluster(sub) -> None:
     helper.add_argument("topic", nargs="?", metavar="SUBCOMMAND")
 
 
+def _add_poc(sub) -> None:
+    poc = sub.add_parser(
+        "poc", help="prove a cluster: compute, collectives, training, checkpoints, recovery"
+    )
+    poc.add_argument("--workers", type=int, default=2, metavar="N", help="workers (default 2)")
+    poc.add_argument(
+        "--gpus-per-worker", type=float, default=0.0, metavar="G", help="GPUs per worker (0: CPU)"
+    )
+    poc.add_argument(
+        "--cpus-per-worker", type=float, default=1.0, metavar="C", help="CPUs per worker (1)"
+    )
+    poc.add_argument(
+        "--storage", metavar="PATH", help="job storage to measure (default: the target's)"
+    )
+    poc.add_argument(
+        "--thresholds", metavar="FILE", help="a TOML file of bounds (default: shipped)"
+    )
+    poc.add_argument("--quick", action="store_true", help="every stage small: under 3 minutes")
+    poc.add_argument(
+        "--checkpoint-mb", type=float, metavar="MB", help="checkpoint size (default: the model's)"
+    )
+    poc.add_argument("--html", metavar="PATH", help="also write the HTML report here")
+    poc.add_argument(
+        "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="two poc reports side by side"
+    )
+    _add_target(poc)
+
+
 def help_text(parser: argparse.ArgumentParser, topic: str | None = None) -> str:
     """The help of the whole command, or of one subcommand (``help launch``)."""
     if topic:
@@ -295,7 +324,7 @@ def parse(
     if ns is None or ns.command is None:
         raise CommandError(
             "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
-            " register, costs, reliability, gc, cluster, health or services."
+            " register, costs, reliability, gc, cluster, health, poc or services."
         )
     if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")

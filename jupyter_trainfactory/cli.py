@@ -187,6 +187,31 @@ def _health(ns) -> int:
     return 0 if report.healthy else 1
 
 
+def _poc(ns) -> int:
+    from .poc.report import compare_text
+    from .poc.run import load_report
+
+    if ns.compare:
+        manager = api.get_manager(ns.address, ns.tracking_uri)
+        print(compare_text(*(load_report(manager, r) for r in ns.compare)))
+        return 0
+    report = api.poc(
+        ns.workers,
+        ns.gpus_per_worker,
+        cpus_per_worker=ns.cpus_per_worker,
+        address=ns.address,
+        tracking_uri=ns.tracking_uri,
+        storage=ns.storage,
+        thresholds=ns.thresholds,
+        quick=ns.quick,
+        checkpoint_mb=ns.checkpoint_mb,
+        html=ns.html,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(report.text())
+    return 0 if report.passed else 1
+
+
 def _services(ns) -> int:
     print(services_text(ns.action))
     return 0
@@ -215,6 +240,7 @@ _COMMANDS = {
     "services": _services,
     "cluster": _cluster,
     "health": _health,
+    "poc": _poc,
 }
 
 

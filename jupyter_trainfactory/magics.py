@@ -166,6 +166,7 @@ class TrainMagics(Magics, Configurable):
     In [11]: %train costs --by owner --since 7d
     In [12]: %train reliability --since 30d --by cluster --html report.html
     In [13]: %train health
+    In [14]: report = %train poc --quick             # prove the cluster: one job, one report
     """
 
     address = Unicode("", help="Ray dashboard / Jobs API URL; empty: the local head.").tag(
@@ -423,6 +424,37 @@ class TrainMagics(Magics, Configurable):
         )
         text, report = health_text(manager, ns)
         print(text)
+        return report
+
+    def _cmd_poc(self, ns):
+        from IPython.display import HTML, display
+
+        from .poc.html import report_html
+        from .poc.report import compare_text
+        from .poc.run import load_report, poc
+
+        d = self._defaults()
+        address = ns.address or d["address"]
+        tracking_uri = ns.tracking_uri or d["tracking_uri"]
+        if ns.compare:
+            manager = api.get_manager(address, tracking_uri)
+            print(compare_text(*(load_report(manager, r) for r in ns.compare)))
+            return None
+        report = poc(
+            ns.workers,
+            ns.gpus_per_worker,
+            cpus_per_worker=ns.cpus_per_worker,
+            address=address,
+            tracking_uri=tracking_uri,
+            storage=ns.storage or d["storage"],
+            thresholds=ns.thresholds,
+            quick=ns.quick,
+            checkpoint_mb=ns.checkpoint_mb,
+            html=ns.html,
+            on_launch=self._show,
+        )
+        display(HTML(report_html(report)))
+        print(f"report: {report.html_path}")
         return report
 
     def _cmd_services(self, ns) -> None:
