@@ -66,6 +66,7 @@ def launch(
     datasets: dict[str, Any] | None = None,
     dataset_config: str | list[str] | None = None,
     preflight: bool = False,
+    avoid_unhealthy: bool = False,
 ) -> Job:
     """Start ``fn`` as a Ray Train job and return at once.
 
@@ -79,7 +80,8 @@ def launch(
     ``ray.train.get_dataset_shard(name)`` works; ``dataset_config`` (``split=all``,
     ``split=none``, ``split=train`` or a list of names) says which are split among the
     workers (Ray's ``DataConfig(datasets_to_split=...)``). ``preflight`` checks the
-    nodes the job may use first (:func:`health`) and refuses the launch if one fails. Returns a :class:`Job`
+    nodes the job may use first (:func:`health`) and refuses the launch if one fails;
+    ``avoid_unhealthy`` checks them too and places the job away from a node that fails. Returns a :class:`Job`
     (``job.id``, ``job.run_id``, ``job.status()``, ``job.wait()``, ``job.stop()``,
     ``job.dashboard()``). ``accelerator`` (``gpu``, ``npu``, ``hpu``, ``cpu``) names
     what ``gpus_per_worker`` counts; ``resources`` adds custom Ray resources per worker;
@@ -214,17 +216,20 @@ def poc(
     checkpoint_mb: float | None = None,
     html: str | None = None,
     progress=print,
+    on_launch=None,
 ):
     """Prove a cluster before trusting it: node health, then one job that measures the
     matmul rate, allreduce / all-gather / reduce-scatter bus bandwidth, checkpoint save
     and restore, tokens/s and MFU of a reference model, and the recovery from a killed
     worker; each stage printed as it comes. Returns a :class:`~.poc.report.PocReport`
     (``.text()``, ``.passed``, ``.checks``, ``.html_path``), also written to its MLflow
-    run in experiment ``trainfactory-poc`` (see :func:`.poc.run.poc` for the options).
+    run in experiment ``trainfactory-poc`` (see :func:`.poc.run.poc` for the options;
+    ``on_launch(job)`` is called once the job is submitted).
     Raises SpecError for a bad thresholds file or resources the cluster cannot give."""
     from .poc.run import poc as run_poc
 
     return run_poc(
+        get_manager(address, tracking_uri, storage),
         workers,
         gpus_per_worker,
         cpus_per_worker=cpus_per_worker,
@@ -236,4 +241,5 @@ def poc(
         checkpoint_mb=checkpoint_mb,
         html=html,
         progress=progress,
+        on_launch=on_launch,
     )

@@ -139,10 +139,20 @@ class JobManager:
         placement = check_job(
             self.cluster(), spec, self.tracking_uri, storage, remote=not self.local
         )
-        if spec.preflight:  # the nodes' health, once the job is known to fit
+        eligible = [n.node_id for n in placement.eligible]
+        if spec.avoid_unhealthy:  # the nodes' health, once the job is known to fit
+            from .nodehealth.preflight import avoid_unhealthy
+
+            def recheck(changed: JobSpec) -> Placement:
+                return check_job(
+                    self.cluster(), changed, self.tracking_uri, storage, remote=not self.local
+                )
+
+            placement = avoid_unhealthy(self, spec, eligible, recheck) or placement
+        elif spec.preflight:
             from .nodehealth.preflight import preflight
 
-            preflight(self, [n.node_id for n in placement.eligible])
+            preflight(self, eligible)
         return placement
 
     # -- submit ------------------------------------------------------------------

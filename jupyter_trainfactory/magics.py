@@ -431,7 +431,7 @@ class TrainMagics(Magics, Configurable):
 
         from .poc.html import report_html
         from .poc.report import compare_text
-        from .poc.run import load_report, poc
+        from .poc.run import load_report
 
         d = self._defaults()
         address = ns.address or d["address"]
@@ -440,7 +440,7 @@ class TrainMagics(Magics, Configurable):
             manager = api.get_manager(address, tracking_uri)
             print(compare_text(*(load_report(manager, r) for r in ns.compare)))
             return None
-        report = poc(
+        report = api.poc(
             ns.workers,
             ns.gpus_per_worker,
             cpus_per_worker=ns.cpus_per_worker,

@@ -207,6 +207,10 @@ class JobSpec:
         Before submitting, check every node the job may use (``%train health``,
         :mod:`.nodehealth`): a node that fails a check refuses the launch, naming it and
         the check; nothing is submitted and no run is created.
+    avoid_unhealthy : bool
+        Run the same check, and place the job away from a node that fails instead of
+        refusing: ``ray.io/node-id: !in(<failed nodes>)`` is added to every worker's
+        label selector; refused only when the other nodes cannot hold the job.
     """
 
     function_name: str
@@ -369,6 +373,12 @@ class JobSpec:
         default=False,
         action="store_true",
         help="check the nodes the job may use first (as %%train health); refuse if one fails",
+    )
+    avoid_unhealthy: bool = _option(
+        "--avoid-unhealthy",
+        default=False,
+        action="store_true",
+        help="check the nodes first (as --preflight) and place the job away from one that fails",
     )
     owner: str = field(default_factory=current_owner)
 
@@ -584,6 +594,8 @@ class JobSpec:
             params["spot"] = "true"
         if self.preflight:
             params["preflight"] = "true"
+        if self.avoid_unhealthy:
+            params["avoid_unhealthy"] = "true"
         if self.target_steps:
             params["target_steps"] = str(self.target_steps)
         if self.stall_timeout:

@@ -456,3 +456,15 @@ def test_preflight_refuses_only_for_a_node_the_job_may_use():
         lost,
     )
     assert "and 1 more node(s); not launched" in refusal(two, ["d" * 16, "e" * 16])
+
+
+def test_avoid_unhealthy_adds_a_node_id_exclusion_to_every_worker():
+    from jupyter_trainfactory.nodehealth.preflight import away_from
+    from jupyter_trainfactory.spec import SpecError
+
+    assert away_from(None, ["b", "a"]) == {"ray.io/node-id": "!in(a,b)"}
+    assert away_from({"tf-node": "x"}, ["a"]) == {"tf-node": "x", "ray.io/node-id": "!in(a)"}
+    per_worker = away_from([{"zone": "1"}, {}], ["a"])
+    assert per_worker == [{"zone": "1", "ray.io/node-id": "!in(a)"}, {"ray.io/node-id": "!in(a)"}]
+    with pytest.raises(SpecError, match="already has one"):
+        away_from({"ray.io/node-id": "abc"}, ["a"])

@@ -10,6 +10,7 @@ own token in its per-cluster token file, and record to the session's MLflow serv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -306,6 +307,43 @@ def test_a_label_selector_places_the_job_on_its_node(remote):
     assert remote.wait(job.id, timeout=240) == "SUCCEEDED", remote.logs(job.id, tail=40)
     node_b = [n for n in remote.cluster().nodes if n.labels.get("tf-node") == "b"][0]
     assert _rank_nodes(remote, job.run_id) == {0: node_b.node_id}
+
+
+@pytest.mark.timeout(300)
+def test_avoid_unhealthy_places_the_job_away_from_a_failing_node(remote, monkeypatch):
+    """Node ``a`` is reported unhealthy (its real health report, one check failed): the
+    job runs on node ``b``; with node ``b`` failing too, it is refused, nothing submitted."""
+    from jupyter_trainfactory.nodehealth import node as nodehealth
+    from jupyter_trainfactory.nodehealth.check import FAIL, Check
+
+    real = nodehealth.cluster_health
+    nodes = {n.labels.get("tf-node"): n.node_id for n in remote.cluster().nodes}
+    failing = {nodes["a"]}
+
+    def health_with_failures(manager, timeout_s=30.0):
+        report = real(manager, timeout_s=timeout_s)
+        for n in report.nodes:
+            if n.node_id in failing:
+                n.checks.append(("gpu0", Check("ecc_uncorrected", FAIL, "2 uncorrected errors.")))
+        return report
+
+    monkeypatch.setattr(nodehealth, "cluster_health", health_with_failures)
+    spec = JobSpec(
+        "short_loop",
+        workers=1,
+        resources={SLOT: 1},
+        avoid_unhealthy=True,
+        experiment="multinode",
+        config={"steps": 3},
+    )
+    job = remote.submit(train_fns.short_loop, spec)
+    assert remote.wait(job.id, timeout=240) == "SUCCEEDED", remote.logs(job.id, tail=40)
+    assert _rank_nodes(remote, job.run_id) == {0: nodes["b"]}
+    failing.add(nodes["b"])
+    before = len(remote.list(all_users=True))
+    with pytest.raises(SpecError, match="cannot hold the job"):
+        remote.submit(train_fns.short_loop, dataclasses.replace(spec, label_selector={}))
+    assert len(remote.list(all_users=True)) == before
 
 
 @pytest.mark.timeout(300)

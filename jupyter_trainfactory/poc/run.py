@@ -179,6 +179,7 @@ def load_report(manager, run_or_job: str) -> PocReport:
 
 
 def poc(
+    manager,
     workers: int = 2,
     gpus_per_worker: float = 0.0,
     *,
@@ -194,8 +195,8 @@ def poc(
     on_launch: Callable[[Any], None] | None = None,
     poll_s: float = 2.0,
 ) -> PocReport:
-    """Run a proof of concept on the cluster at ``address`` (default: the local head)
-    with ``workers`` workers of ``gpus_per_worker`` GPUs (0: CPU workers), print each
+    """Run a proof of concept on ``manager``'s cluster (the JobManager of ``address``,
+    ``tracking_uri`` and ``storage``) with ``workers`` workers of ``gpus_per_worker`` GPUs (0: CPU workers), print each
     stage's figures as they come (``progress``) and return the :class:`PocReport`,
     written to its MLflow run in experiment ``trainfactory-poc``.
 
@@ -207,18 +208,17 @@ def poc(
     magic shows its dashboard there).
 
     Raises SpecError (one sentence, nothing submitted) for a bad thresholds file, fewer
-    than one worker, or what ``launch`` refuses (resources the cluster cannot give).
+    than one worker, or what a launch refuses (resources the cluster cannot give).
     """
     from ray_backend.poc_loop import poc_loop
 
-    from ..api import get_manager, launch
     from ..nodehealth.node import cluster_health
+    from ..spec import JobSpec
 
     if workers < 1:
         raise SpecError(f"--workers must be at least 1, got {workers}.")
     chosen: Thresholds | None = load(thresholds, set(CHECKS)) if thresholds else None
     accelerator = "gpu" if gpus_per_worker else "cpu"
-    manager = get_manager(address, tracking_uri, storage)
     progress("node health: checking every node ...")
     health = cluster_health(manager).to_dict()
     bad = [n for n in health["nodes"] if not n["healthy"]]
@@ -229,10 +229,10 @@ def poc(
     config = job_config(
         quick, accelerator, manager.storage or str(tempfile.gettempdir()), checkpoint_mb
     )
-    job = launch(
-        poc_loop,
-        workers,
-        config,
+    spec = JobSpec(
+        function_name="poc_loop",
+        workers=workers,
+        config=config,
         experiment=EXPERIMENT,
         run_name=f"poc{' quick' if quick else ''} {workers}x{accelerator}",
         cpus_per_worker=cpus_per_worker,
@@ -242,6 +242,7 @@ def poc(
         tracking_uri=tracking_uri,
         storage=storage,
     )
+    job = manager.submit(poc_loop, spec)
     progress(
         f"job {job.id} (run {job.run_id}): compute, collectives, checkpoints, training, recovery"
     )
