@@ -29,6 +29,7 @@ from .commands import (
     gc_text,
     health_text,
     is_service_error,
+    poc_from_args,
     register_from_args,
     register_text,
     reliability_text,
@@ -188,28 +189,11 @@ def _health(ns) -> int:
 
 
 def _poc(ns) -> int:
-    from .poc.report import compare_text
-    from .poc.run import load_report
-
-    if ns.compare:
-        manager = api.get_manager(ns.address, ns.tracking_uri)
-        print(compare_text(*(load_report(manager, r) for r in ns.compare)))
-        return 0
-    report = api.poc(
-        ns.workers,
-        ns.gpus_per_worker,
-        cpus_per_worker=ns.cpus_per_worker,
-        address=ns.address,
-        tracking_uri=ns.tracking_uri,
-        storage=ns.storage,
-        thresholds=ns.thresholds,
-        quick=ns.quick,
-        checkpoint_mb=ns.checkpoint_mb,
-        html=ns.html,
-        progress=lambda line: print(line, flush=True),
+    out = poc_from_args(
+        ns, ns.address, ns.tracking_uri, ns.storage, lambda line: print(line, flush=True)
     )
-    print(report.text())
-    return 0 if report.passed else 1
+    print(out if isinstance(out, str) else out.text())
+    return 0 if isinstance(out, str) or out.passed else 1
 
 
 def _services(ns) -> int:

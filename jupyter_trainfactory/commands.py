@@ -24,6 +24,7 @@ __all__ = [
     "default_job",
     "gc_text",
     "health_text",
+    "poc_from_args",
     "register_from_args",
     "register_text",
     "split_inputs",
@@ -294,3 +295,29 @@ def services_text(action: str) -> str:
     if action == "start":
         ensure_services()
     return format_table(describe())
+
+
+def poc_from_args(ns, address, tracking_uri, storage, progress=print, on_launch=None):
+    """``poc``: with ``--compare A B`` the two reports side by side (a str); else run the
+    proof of concept (:func:`~.api.poc`) and return its PocReport."""
+    from . import api
+    from .poc.report import compare_text
+    from .poc.run import load_report
+
+    if ns.compare:
+        manager = api.get_manager(address, tracking_uri)
+        return compare_text(*(load_report(manager, r) for r in ns.compare))
+    return api.poc(
+        ns.workers,
+        ns.gpus_per_worker,
+        cpus_per_worker=ns.cpus_per_worker,
+        address=address,
+        tracking_uri=tracking_uri,
+        storage=storage,
+        thresholds=ns.thresholds,
+        quick=ns.quick,
+        checkpoint_mb=ns.checkpoint_mb,
+        html=ns.html,
+        progress=progress,
+        on_launch=on_launch,
+    )

@@ -35,6 +35,7 @@ from .commands import (
     gc_text,
     health_text,
     is_service_error,
+    poc_from_args,
     register_from_args,
     register_text,
     reliability_text,
@@ -430,32 +431,21 @@ class TrainMagics(Magics, Configurable):
         from IPython.display import HTML, display
 
         from .poc.html import report_html
-        from .poc.report import compare_text
-        from .poc.run import load_report
 
         d = self._defaults()
-        address = ns.address or d["address"]
-        tracking_uri = ns.tracking_uri or d["tracking_uri"]
-        if ns.compare:
-            manager = api.get_manager(address, tracking_uri)
-            print(compare_text(*(load_report(manager, r) for r in ns.compare)))
-            return None
-        report = api.poc(
-            ns.workers,
-            ns.gpus_per_worker,
-            cpus_per_worker=ns.cpus_per_worker,
-            address=address,
-            tracking_uri=tracking_uri,
-            storage=ns.storage or d["storage"],
-            thresholds=ns.thresholds,
-            quick=ns.quick,
-            checkpoint_mb=ns.checkpoint_mb,
-            html=ns.html,
+        out = poc_from_args(
+            ns,
+            ns.address or d["address"],
+            ns.tracking_uri or d["tracking_uri"],
+            ns.storage or d["storage"],
             on_launch=self._show,
         )
-        display(HTML(report_html(report)))
-        print(f"report: {report.html_path}")
-        return report
+        if isinstance(out, str):  # --compare
+            print(out)
+            return None
+        display(HTML(report_html(out)))
+        print(f"report: {out.html_path}")
+        return out
 
     def _cmd_services(self, ns) -> None:
         # A cached manager notices stopped services itself (api.get_manager).

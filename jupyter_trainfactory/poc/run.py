@@ -15,6 +15,7 @@ gone by then), as ``%train register`` writes a model: one writer at a time.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -159,6 +160,7 @@ def load_report(manager, run_or_job: str) -> PocReport:
 
     Raises SpecError when no such run exists or it holds no poc report.
     """
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar per file
     client = manager.mlflow_client
     try:
         run_id = manager.find_run(run_or_job).info.run_id
