@@ -11,6 +11,7 @@ import json
 import time
 from typing import Any
 
+from jupyter_trainfactory.fleet.kinds import is_process_loss
 from jupyter_trainfactory.telemetry.goodput import Attempt, CheckpointSave, Step
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.decisions import Update
@@ -52,6 +53,7 @@ class Attempts:
         self._errors: dict[int, dict[str, str]] = {}  # rank -> its exception's traceback
         self._rank_seen: dict[int, float] = {}  # rank -> its telemetry's last batch
         self._failure: dict[str, Any] | None = None  # the last failure's root cause
+        self._gone: dict[int, dict[str, Any]] = {}  # where the failed attempts' ranks ran
 
     # -- attempts ---------------------------------------------------------------------
     def current(self) -> dict[str, Any] | None:
@@ -124,9 +126,16 @@ class Attempts:
         update.tags[TAG.REASON] = f"rank {rank} failed: {error}"[:4000]
         self.failed_rank = rank
         attempt = self.current()
+        if cause:
+            detail = {**(detail or {}), "cause": cause, **({"by": by} if by else {})}
+        if attempt is not None and self._explains(attempt, rank, detail, now):
+            # a rank whose process died explains the others' broken collectives
+            failure = {**attempt["failure"], **self._where(rank), "rank": rank}
+            failure.update({k: v for k, v in (detail or {}).items() if k != "kind"})
+            failure["message"] = error
+            self._failure = attempt["failure"] = failure
+            update.tags[TAG.FAILURE] = json.dumps(failure)[:5000]
         if attempt is not None and attempt["failed_at"] is None:
-            if cause:
-                detail = {**(detail or {}), "cause": cause, **({"by": by} if by else {})}
             seen = [self._rank_seen.get(rank, attempt["start"]), attempt["start"]]
             seen += [s.end for s in self._progress[-1:]]
             failed = min(now, max(seen))
@@ -136,12 +145,9 @@ class Attempts:
             update.tags[TAG.FAULTS_LAST] = (
                 f"{time.strftime('%H:%M:%S', time.localtime(now))} rank {rank}: {error}"
             )[:4000]
-            where = self.ranks.get(rank, {})
             failure = {
                 "rank": rank,
-                "node": where.get("node_ip", ""),
-                "node_id": where.get("node_id", ""),
-                "pid": where.get("pid"),
+                **self._where(rank),
                 "time": round(failed, 3),
                 "detected": round(now, 3),
                 "attempt": len(self.attempts),
@@ -153,8 +159,33 @@ class Attempts:
                 failure.update(self._errors[rank])
             self._failure = attempt["failure"] = failure
             update.tags[TAG.FAILURE] = json.dumps(failure)[:5000]
+        self._gone = {**self._gone, **self.ranks}  # where they ran, for a later root cause
         self.ranks.clear()  # their processes are gone; the restarted ones report anew
         return update
+
+    def _where(self, rank: int) -> dict[str, Any]:
+        where = self.ranks.get(rank) or self._gone.get(rank, {})
+        return {
+            "node": where.get("node_ip", ""),
+            "node_id": where.get("node_id", ""),
+            "pid": where.get("pid"),
+        }
+
+    #: How long after an attempt's first failure another rank's process death still
+    #: counts as its cause (s): Ray detects a dead worker at its next poll (about 2 s).
+    EXPLAINS_WITHIN_S = 30.0
+
+    def _explains(self, attempt: dict, rank: int, detail: dict | None, now: float) -> bool:
+        """Whether rank ``rank``'s failure (``detail``) is the root cause of ``attempt``'s
+        already recorded one: its process died, while the recorded rank raised (a peer's
+        death breaks the survivors' collectives first: gloo's "Connection reset by peer",
+        NCCL's watchdog), within :attr:`EXPLAINS_WITHIN_S` of it."""
+        first = attempt.get("failure")
+        if attempt["failed_at"] is None or not first or first.get("rank") == rank:
+            return False
+        dead = is_process_loss(str((detail or {}).get("type", "")))
+        raised = not is_process_loss(str(first.get("type", "")))
+        return dead and raised and now - first.get("detected", now) <= self.EXPLAINS_WITHIN_S
 
     def failure_causes(self) -> list[dict[str, Any]]:
         """The root cause of each failed attempt, in order (one per failure of

@@ -10,7 +10,7 @@ from ray.train import UserCallback
 
 from ray_backend.session import TRACEBACK_LINES
 
-__all__ = ["RecorderCallback", "failure_detail", "last_line", "root_error"]
+__all__ = ["RecorderCallback", "failure_detail", "first_cause", "last_line", "root_error"]
 
 
 def root_error(exc: BaseException) -> tuple[BaseException, str]:
@@ -24,7 +24,7 @@ def root_error(exc: BaseException) -> tuple[BaseException, str]:
     for _ in range(5):  # unwrap a few levels at most
         failures = getattr(exc, "worker_failures", None)
         if failures:
-            exc = failures[min(failures)]
+            exc = failures[first_cause(failures)]
             continue
         base = getattr(exc, "_base_exc", None)
         if base is not None:
@@ -35,6 +35,26 @@ def root_error(exc: BaseException) -> tuple[BaseException, str]:
             continue
         break
     return exc, "".join(traceback.format_exception(exc))
+
+
+def _died(exc: BaseException) -> bool:
+    from ray.exceptions import RayActorError
+
+    for _ in range(5):
+        if isinstance(exc, RayActorError):
+            return True
+        inner = getattr(exc, "health_check_failure", None)
+        if inner is None:
+            return False
+        exc = inner
+    return False
+
+
+def first_cause(failures: dict[int, BaseException]) -> int:
+    """The rank whose failure to record among several at once: one whose process died
+    (its death breaks the others' collectives, so their errors are symptoms), else the
+    lowest."""
+    return min(failures, key=lambda r: (not _died(failures[r]), r))
 
 
 def last_line(exc: BaseException) -> str:
@@ -84,7 +104,9 @@ class RecorderCallback(UserCallback):
         self.recorder.report.remote(metrics, path, time.time())
 
     def after_exception(self, run_context, worker_exceptions: dict[int, Exception]) -> None:
-        for rank, exc in sorted(worker_exceptions.items())[:1]:
+        if worker_exceptions:
+            rank = first_cause(worker_exceptions)
+            exc = worker_exceptions[rank]
             detail = failure_detail(exc)
             self.recorder.worker_failure.remote(
                 rank, detail["message"], kind=detail["kind"], detail=detail

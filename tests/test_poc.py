@@ -200,3 +200,11 @@ def test_quick_config_kills_five_steps_after_a_checkpoint():
     assert config["kill_step"] % config["every"] == 5
     assert config["kill_step"] < config["steps"]
     assert job_config(False, "gpu", "/tmp/x", 10.0)["checkpoint_mb"] == 10.0
+
+
+def test_the_stage_figures_are_no_user_plots_on_the_dashboard():
+    from jupyter_trainfactory.dashboard.layout import is_user_metric
+
+    assert not is_user_metric("poc/allreduce/intra/16MiB/busbw_gb_per_s")
+    assert not is_user_metric("rank1/poc/compute/tflops")
+    assert is_user_metric("rank1/loss") and is_user_metric("loss")

@@ -395,6 +395,30 @@ def test_a_failure_keeps_its_root_cause_with_the_rank_node(store):
     assert rec.ranks_on_node("10.0.0.7") == []  # its process is gone with the failure
 
 
+def test_a_peer_that_died_is_the_root_cause_of_the_survivors_collective_error(store):
+    """Rank 1 SIGKILLed under DDP: rank 0's allreduce fails first (gloo: "Connection
+    reset by peer"), then Ray sees rank 1's process gone: the failure is rank 1's, a
+    worker crash, not rank 0's error in user code."""
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    rec.worker_batch(0, {"worker": {"pid": 10, "node_id": "n0", "node_ip": "10.0.0.1"}})
+    rec.worker_batch(1, {"worker": {"pid": 11, "node_id": "n1", "node_ip": "10.0.0.2"}})
+    reset = "RuntimeError: [gloo/transport/tcp/pair.cc:537] Connection reset by peer"
+    symptom = {"type": "RuntimeError", "message": reset, "traceback": "  File hook\nreset"}
+    rec.worker_failure(0, reset, detail=symptom)
+    died = {"type": "ActorDiedError", "message": "ActorDiedError: the actor died", "traceback": ""}
+    rec.worker_failure(1, died["message"], detail=died)
+    rec.worker_failure(0, "ValueError: later", detail={"type": "ValueError"})  # no death
+    rec.finish("FINISHED", "SUCCEEDED")
+    tags = client.get_run(run_id).data.tags
+    failure = json.loads(tags[TAG.FAILURE])
+    assert failure["rank"] == 1 and failure["type"] == "ActorDiedError", failure
+    assert failure["pid"] == 11 and failure["node"] == "10.0.0.2" and failure["traceback"] == ""
+    records = json.loads(tags[TAG.FAILURES])
+    assert [(r["kind"], r["rank"]) for r in records] == [("worker_crash", 1)]
+
+
 def test_chaos_for_a_rank_that_is_not_running_answers_with_the_running_ones(store):
     uri, _, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)

@@ -38,6 +38,7 @@ TOOL_PREFIXES = (
     "cost/",
     "system/",
     "data/",
+    "poc/",  # a proof of concept's stage figures: its report shows them
 )
 SECTION_TITLES = {
     "user": "metrics",
@@ -64,8 +65,9 @@ _HOST = re.compile(r"^system/(?P<node>.+)/(?P<metric>cpu_utilization|memory_used
 
 
 def is_user_metric(key: str) -> bool:
-    """Whether ``key`` is the training loop's own metric (not one of :data:`TOOL_PREFIXES`)."""
-    return not key.startswith(TOOL_PREFIXES)
+    """Whether ``key`` is the training loop's own metric (not one of :data:`TOOL_PREFIXES`,
+    also under a ``rank<r>/`` prefix)."""
+    return not re.sub(r"^rank\d+/", "", key).startswith(TOOL_PREFIXES)
 
 
 def throughput_key(keys) -> str | None:

@@ -39,6 +39,7 @@ __all__ = [
     "USER_ERROR",
     "WORKER_CRASH",
     "classify",
+    "is_process_loss",
 ]
 
 WORKER_CRASH = "worker_crash"
@@ -74,6 +75,12 @@ _PROCESS_ERRORS = frozenset(
 )
 _HANG_ERRORS = frozenset({"WorkerHealthCheckTimeoutError"})
 _NODE_WORDS = ("node has died", "node died", "node was removed", "node is dead", "node failed")
+
+
+def is_process_loss(type_name: str) -> bool:
+    """True for an exception type (its name) that says a worker's process or node is
+    gone (``ActorDiedError``, ``NodeDiedError``...), not that the code raised."""
+    return type_name in _PROCESS_ERRORS or type_name in _NODE_ERRORS
 
 
 def classify(failure: Mapping[str, Any]) -> str:
