@@ -17,11 +17,16 @@ WHEEL_SRC := $(shell find jupyter_trainfactory ray_backend jupyter-config -type 
 
 # torch first, pinned: the CPU build on local disk (an unpinned torch pulls a CUDA build).
 # The editable install builds the side panel with Node and jlpm (hatch-jupyter-builder).
+# rfc3987-syntax (an optional IRI format checker of jsonschema's format-nongpl extra, which
+# jupyter-events asks for) builds ~35 Earley parsers at import: 3 s of CPU in every process
+# that imports ray, each job's nine or so (python-jsonschema/jsonschema#1428). No schema
+# here or in Jupyter uses the iri formats; without it jsonschema skips them.
 $(STAMP): pyproject.toml $(PANEL_SRC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip uninstall --quiet -y rfc3987-syntax
 	touch $(STAMP)
 
 # The browser test: Galata/Playwright without Playwright's own browsers, and Debian's chromium.
