@@ -215,13 +215,16 @@ def poc(
     quick: bool = False,
     checkpoint_mb: float | None = None,
     html: str | None = None,
+    fn=None,
+    fn_config: dict | None = None,
     progress=print,
     on_launch=None,
 ):
     """Prove a cluster before trusting it: node health, then one job that measures the
     matmul rate, allreduce / all-gather / reduce-scatter bus bandwidth, checkpoint save
     and restore, tokens/s and MFU of a reference model, and the recovery from a killed
-    worker; each stage printed as it comes. Returns a :class:`~.poc.report.PocReport`
+    worker (the reference transformer's, or ``fn(fn_config)``'s: your own loop); each
+    stage printed as it comes. Returns a :class:`~.poc.report.PocReport`
     (``.text()``, ``.passed``, ``.checks``, ``.html_path``), also written to its MLflow
     run in experiment ``trainfactory-poc`` (see :func:`.poc.run.poc` for the options;
     ``on_launch(job)`` is called once the job is submitted).
@@ -240,6 +243,8 @@ def poc(
         quick=quick,
         checkpoint_mb=checkpoint_mb,
         html=html,
+        fn=fn,
+        fn_config=fn_config,
         progress=progress,
         on_launch=on_launch,
     )

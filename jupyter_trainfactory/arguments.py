@@ -152,7 +152,8 @@ def _add_chaos(sub) -> None:
     what.add_argument(
         "--kill-node",
         metavar="NODE",
-        help="kill every worker process of the job on this node (IP or node id)",
+        help="kill every worker process of the job on this node (IP, node id, or its label"
+        " in the dashboard's node table)",
     )
     _add_target(chaos)
 
@@ -293,6 +294,13 @@ def _add_poc(sub) -> None:
         "--checkpoint-mb", type=float, metavar="MB", help="checkpoint size (default: the model's)"
     )
     poc.add_argument("--html", metavar="PATH", help="also write the HTML report here")
+    poc.add_argument(
+        "--fn",
+        metavar="FUNC",
+        help="your training function for the training and recovery stages (default: a"
+        " reference transformer); it is killed 5 steps after its first checkpoint",
+    )
+    poc.add_argument("--config", metavar="DICT", help="--fn's config, as launch --config")
     poc.add_argument(
         "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="two poc reports side by side"
     )

@@ -46,11 +46,12 @@ __all__ = ["load_function", "main"]
 PROG = "jupyter trainfactory"
 
 
-def load_function(target: str):
-    """``path/to/file.py:func`` -> the function, its module shipped by value to the cluster."""
+def load_function(target: str, what: str = "launch"):
+    """``path/to/file.py:func`` -> the function, its module shipped by value to the cluster;
+    ``what`` (the option or command that takes it) names it in the error."""
     path_text, sep, name = target.rpartition(":")
     if not sep or not path_text or not name:
-        raise CommandError(f"launch takes path/to/file.py:function, got {target!r}.")
+        raise CommandError(f"{what} takes path/to/file.py:function, got {target!r}.")
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
         raise CommandError(f"No such file: {path_text}.")
@@ -189,8 +190,17 @@ def _health(ns) -> int:
 
 
 def _poc(ns) -> int:
+    fn = load_function(ns.fn, "poc --fn")[0] if ns.fn else None
+    namespace = vars(sys.modules[fn.__module__]) if fn is not None else {}
+    fn_config = config_from_args(ns.config, namespace) if ns.config else None
     out = poc_from_args(
-        ns, ns.address, ns.tracking_uri, ns.storage, lambda line: print(line, flush=True)
+        ns,
+        ns.address,
+        ns.tracking_uri,
+        ns.storage,
+        lambda line: print(line, flush=True),
+        fn=fn,
+        fn_config=fn_config,
     )
     print(out if isinstance(out, str) else out.text())
     return 0 if isinstance(out, str) or out.passed else 1

@@ -297,9 +297,12 @@ def services_text(action: str) -> str:
     return format_table(describe())
 
 
-def poc_from_args(ns, address, tracking_uri, storage, progress=print, on_launch=None):
+def poc_from_args(
+    ns, address, tracking_uri, storage, progress=print, on_launch=None, fn=None, fn_config=None
+):
     """``poc``: with ``--compare A B`` the two reports side by side (a str); else run the
-    proof of concept (:func:`~.api.poc`) and return its PocReport."""
+    proof of concept (:func:`~.api.poc`) with ``fn`` (``--fn``, resolved by the caller)
+    called with ``fn_config`` (``--config``) and return its PocReport."""
     from . import api
     from .poc.report import compare_text
     from .poc.run import load_report
@@ -318,6 +321,8 @@ def poc_from_args(ns, address, tracking_uri, storage, progress=print, on_launch=
         quick=ns.quick,
         checkpoint_mb=ns.checkpoint_mb,
         html=ns.html,
+        fn=fn,
+        fn_config=fn_config,
         progress=progress,
         on_launch=on_launch,
     )

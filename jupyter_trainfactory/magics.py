@@ -433,12 +433,16 @@ class TrainMagics(Magics, Configurable):
         from .poc.html import report_html
 
         d = self._defaults()
+        fn = self._function(ns.fn, "training function") if ns.fn else None
+        fn_config = config_from_args(ns.config, self.shell.user_ns) if ns.config else None
         out = poc_from_args(
             ns,
             ns.address or d["address"],
             ns.tracking_uri or d["tracking_uri"],
             ns.storage or d["storage"],
             on_launch=self._show,
+            fn=fn,
+            fn_config=fn_config,
         )
         if isinstance(out, str):  # --compare
             print(out)

@@ -229,11 +229,19 @@ class Attempts:
         return min(self.ranks, key=lambda r: (steps.get(r, -1), -r)) if self.ranks else None
 
     def ranks_on_node(self, node: str) -> list[int]:
-        """Ranks whose worker runs on ``node`` (an IP, or a node id or its prefix)."""
+        """Ranks whose worker runs on ``node``: an IP, a node id or its prefix (8 or more
+        characters), or the node's label in the placement tag and the dashboard's node
+        table (``10-0-0-12``, ``10-0-0-12-<node id[:6]>`` where nodes share an IP)."""
+        from ray_backend.sampler import node_label
+
+        def names(info: dict[str, Any]) -> set[str]:
+            ip, node_id = str(info.get("node_ip", "")), str(info.get("node_id", ""))
+            return {ip, node_id, node_label(ip), f"{node_label(ip)}-{node_id[:6]}"}
+
         return sorted(
             r
             for r, info in self.ranks.items()
-            if node in (info.get("node_ip"), info.get("node_id"))
+            if node in names(info)
             or (len(node) >= 8 and str(info.get("node_id", "")).startswith(node))
         )
 

@@ -16,9 +16,13 @@ synthetic tokens (the throughput is measured, not the learning), with
 ``trainfactory.step`` and ``watch`` so tokens/s, MFU and the step split come from the
 job's own telemetry; a checkpoint every ``every`` steps. On the first attempt the last
 rank kills its own process with SIGKILL at ``kill_step`` (as a crashed worker dies: no
-handler runs), so the job's failure handling restarts it from the checkpoint before,
-and the run's ``faults/mttr_s`` and ``faults/restore_step`` are the recovery figures.
-``poc/stages_done`` counts the stages finished (1 to 3, 4 when training ends).
+handler runs), and on more than one node every rank of the last rank's node does (a
+node's workers lost at once), so the job's failure handling restarts them from the
+checkpoint before, and the run's ``faults/mttr_s`` and ``faults/restore_step`` are the
+recovery figures. With a user's function (``poc --fn``) that function trains instead,
+with ``config["fn_config"]``, and the kernel kills the workers (``%train chaos``) once it
+has checkpointed (``poc.run``). ``poc/stages_done`` counts the stages finished (1 to 3, 4
+when training ends).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_trainfactory.telemetry.bandwidth import COLLECTIVES, algbw, busbw
@@ -163,6 +168,7 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
         start = state["step"]
     gen = torch.Generator().manual_seed(1000 * rank + start)
     t = shape["seq_len"]
+    victim = first_attempt and _dies(rank, world)
     for step in range(start + 1, config["steps"] + 1):
         with trainfactory.step(samples=batch, tokens=batch * t):
             with trainfactory.data_wait():
@@ -173,7 +179,7 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
             loss.backward()
             opt.step()
         trainfactory.log({"loss": float(loss)}, step=step)
-        if first_attempt and step == config["kill_step"] and rank == world - 1:
+        if victim and step == config["kill_step"]:
             os.kill(os.getpid(), signal.SIGKILL)
         if step % config["every"] == 0 or step == config["steps"]:
             with tempfile.TemporaryDirectory() as tmp:
@@ -185,6 +191,21 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
                 trainfactory.save_checkpoint({"step": step, "loss": float(loss)}, directory)
 
 
+def _dies(rank: int, world: int) -> bool:
+    """Whether this rank kills itself at the kill step: the last rank, or on more than
+    one node every rank on the last rank's node (a collective: every rank calls it)."""
+    import ray.train
+    import torch.distributed as dist
+
+    if world < 2:
+        return rank == world - 1
+    nodes: list[Any] = [None] * world
+    dist.all_gather_object(nodes, ray.train.get_context().get_node_rank())
+    if len(set(nodes)) == 1:
+        return rank == world - 1
+    return nodes[rank] == nodes[-1]
+
+
 def _state_bytes(config: dict[str, Any]) -> int:
     """The reference model's checkpoint size (weights and AdamW's two moments, float32),
     unless ``checkpoint_mb`` says another."""
@@ -194,9 +215,11 @@ def _state_bytes(config: dict[str, Any]) -> int:
     return 3 * 4 * n
 
 
-def poc_loop(config: dict[str, Any]) -> None:
+def poc_loop(config: dict[str, Any], train_fn: Callable[[dict], Any] | None = None) -> None:
     """The per-worker function of a proof-of-concept job; ``config`` as
-    :func:`jupyter_trainfactory.poc.run.job_config` builds it."""
+    :func:`jupyter_trainfactory.poc.run.job_config` builds it. ``train_fn`` (the user's
+    training function) replaces the reference workload: it is called with
+    ``config["fn_config"]`` on every attempt, after the stages of the first."""
     import ray.train
     import ray.train.torch
     import torch
@@ -211,5 +234,8 @@ def poc_loop(config: dict[str, Any]) -> None:
         _log({"poc/stages_done": 2.0}, 2)
         _storage(config, _state_bytes(config))
         _log({"poc/stages_done": 3.0}, 3)
-    _train(config, device, first_attempt)
+    if train_fn is None:
+        _train(config, device, first_attempt)
+    else:
+        train_fn(config.get("fn_config") or {})
     _log({"poc/stages_done": 4.0}, 4)

@@ -4,17 +4,21 @@ thresholds and pass/fail, the HTML table, the side-by-side comparison."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
+from mlflow.entities import Metric, Run, RunData, RunInfo, RunTag
 
+from jupyter_trainfactory.payload import function_source
 from jupyter_trainfactory.poc.checks import CHECKS, FAIL, MEASURED, NA, PASS, build_checks
 from jupyter_trainfactory.poc.html import report_html, write_html
 from jupyter_trainfactory.poc.report import PocReport, compare_text
-from jupyter_trainfactory.poc.run import job_config
+from jupyter_trainfactory.poc.run import _with_training, job_config, kill_target, poc
 from jupyter_trainfactory.poc.thresholds import SHIPPED, default_for, load
 from jupyter_trainfactory.spec import SpecError
 from jupyter_trainfactory.telemetry.bandwidth import algbw, bus_factor, busbw
+from jupyter_trainfactory.tracking import TAG
 
 HEALTHY = {"healthy": True, "nodes": [{"host": "10.0.0.1", "healthy": True, "reasons": []}]}
 
@@ -208,3 +212,73 @@ def test_the_stage_figures_are_no_user_plots_on_the_dashboard():
     assert not is_user_metric("poc/allreduce/intra/16MiB/busbw_gb_per_s")
     assert not is_user_metric("rank1/poc/compute/tflops")
     assert is_user_metric("rank1/loss") and is_user_metric("loss")
+
+
+def test_a_failure_record_gives_the_steps_lost_of_a_users_function():
+    # poc --fn: no kill step known; the record says where the job was and what it restored
+    record = {"rank": 1, "node": "10.0.0.2", "step_reached": 47, "restored_step": 40}
+    tags = {"trainfactory.faults.records": json.dumps([record, {"rank": 0}])}
+    checks = _by_name(
+        build_checks(
+            _metrics(), tags, health=HEALTHY, accelerator="cpu", kill_step=None, thresholds=None
+        )
+    )
+    assert checks["steps_lost"].value == 7.0
+    assert checks["steps_lost"].detail == "killed at step 47, restored from step 40"
+    assert checks["recovery_mttr_s"].detail == "rank 1 on 10.0.0.2 SIGKILLed at step 47"
+
+
+def _run(step, ckpt=None, placement=None):
+    metrics = [Metric("loss", 0.5, 0, step)] if step else []
+    tags = {TAG.CKPT_STEP: str(ckpt)} if ckpt is not None else {}
+    if placement:
+        tags[TAG.PLACEMENT] = json.dumps(placement)
+    return Run(
+        RunInfo("r", "0", "u", "RUNNING", 0, None, "active"),
+        RunData(metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()]),
+    )
+
+
+def test_a_users_function_is_killed_five_steps_after_its_checkpoint_a_node_when_spread():
+    assert kill_target(_run(12), "RUNNING") is None  # no checkpoint yet
+    assert kill_target(_run(14, ckpt=10), "RUNNING") is None  # 4 steps past it
+    assert kill_target(_run(15, ckpt=10), "RESTARTING") is None
+    assert kill_target(_run(15, ckpt=10), "RUNNING") == {"rank": None}  # the last rank
+    spread = {"nodes": {"10-0-0-1": [0, 1], "10-0-0-2": [2, 3]}}
+    spread["ranks"] = {"0": "10-0-0-1", "1": "10-0-0-1", "2": "10-0-0-2", "3": "10-0-0-2"}
+    assert kill_target(_run(15, ckpt=10, placement=spread), "RUNNING") == {"node": "10-0-0-2"}
+
+
+def test_the_training_stage_takes_the_users_function_its_name_and_source():
+    def my_loop(config):
+        return config
+
+    calls = []
+    wrapped = _with_training(lambda config, train_fn: calls.append(train_fn(config)), my_loop)
+    wrapped({"fn_config": 1})
+    assert calls == [{"fn_config": 1}] and wrapped.__name__ == "my_loop"
+    assert "def my_loop(config)" in function_source(wrapped)  # the run's code version
+
+
+def test_config_without_fn_is_one_sentence_and_submits_nothing():
+    class Refuses:  # poc refuses before it touches the cluster
+        def __getattr__(self, name):
+            raise AssertionError(f"touched the manager: {name}")
+
+    with pytest.raises(SpecError, match="--config goes with --fn"):
+        poc(Refuses(), fn_config={"lr": 0.1})
+    with pytest.raises(SpecError, match="--fn must be a training function"):
+        poc(Refuses(), fn="train")
+
+
+def test_a_node_is_named_by_ip_id_or_its_placement_label():
+    from ray_backend.attempts import Attempts
+
+    attempts = Attempts.__new__(Attempts)
+    attempts.ranks = {
+        0: {"node_ip": "192.0.2.2", "node_id": "aabbccddeeff0011"},
+        1: {"node_ip": "192.0.2.2", "node_id": "ffeeddccbbaa0011"},
+    }
+    assert attempts.ranks_on_node("192.0.2.2") == [0, 1]
+    assert attempts.ranks_on_node("192-0-2-2-ffeedd") == [1]  # nodes sharing an IP
+    assert attempts.ranks_on_node("aabbccdd") == [0] and attempts.ranks_on_node("aabb") == []

@@ -9,6 +9,7 @@ a figure without a bound is ``measured``, never ``pass``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -184,16 +185,37 @@ def _storage(m: dict[str, float]) -> dict[str, tuple]:
     }
 
 
-def _recovery(m: dict[str, float], kill_step: int) -> dict[str, tuple]:
+def _first_failure(tags: dict[str, str]) -> dict[str, Any]:
+    """The run's first failure record (``trainfactory.faults.records``), {} if none."""
+    try:
+        records = json.loads(tags.get("trainfactory.faults.records") or "[]")
+    except ValueError:
+        return {}
+    return records[0] if records and isinstance(records[0], dict) else {}
+
+
+def _recovery(m: dict[str, float], tags: dict[str, str], kill_step: int | None) -> dict[str, tuple]:
+    """MTTR and the steps lost: from the run's failure record (the step the job had
+    reached, the step restored), else from ``kill_step`` (the reference workload's)."""
     mttr, restored = m.get("faults/mttr_s"), m.get("faults/restore_step")
     if mttr is None:
         why = "no failure was recorded (the kill did not happen or the job did not recover)"
         return {"recovery_mttr_s": (None, why), "steps_lost": (None, why)}
+    record = _first_failure(tags)
+    reached = record.get("step_reached", kill_step)
+    restored = record.get("restored_step", restored)
+    who = f"rank {record['rank']}" if "rank" in record else "a worker"
+    if record.get("node"):
+        who += f" on {record['node']}"
+    at = f" at step {reached:g}" if reached is not None else ""
+    lost = record.get("steps_lost")
+    if lost is None and reached is not None and restored is not None:
+        lost = reached - restored
     return {
-        "recovery_mttr_s": (mttr, f"a worker SIGKILLed at step {kill_step}"),
+        "recovery_mttr_s": (mttr, f"{who} SIGKILLed{at}"),
         "steps_lost": (
-            None if restored is None else float(kill_step - restored),
-            f"killed at step {kill_step}, restored from step {restored:g}"
+            None if lost is None else float(lost),
+            f"killed{at}, restored from step {restored:g}"
             if restored is not None
             else "no restore recorded",
         ),
@@ -206,12 +228,13 @@ def build_checks(
     *,
     health: dict[str, Any] | None,
     accelerator: str,
-    kill_step: int,
+    kill_step: int | None,
     thresholds: Thresholds | None,
 ) -> list[PocCheck]:
     """Every check of :data:`CHECKS`, in stage order, from a poc run's latest ``metrics``
     and ``tags``, the ``health`` report (``HealthReport.to_dict()``, None when it was
-    not run), the job's ``accelerator`` (``"cpu"``, ``"gpu"``...) and ``kill_step``."""
+    not run), the job's ``accelerator`` (``"cpu"``, ``"gpu"``...) and ``kill_step`` (the reference
+    workload's, None for a user's function: the failure record says where it died)."""
     device = tags.get("trainfactory.device_name", "")
     found: dict[str, tuple] = {}
     if health is None:
@@ -228,7 +251,7 @@ def build_checks(
     found.update(_collectives(metrics))
     found.update(_training(metrics, tags, found["compute_tflops"][0]))
     found.update(_storage(metrics))
-    found.update(_recovery(metrics, kill_step))
+    found.update(_recovery(metrics, tags, kill_step))
     checks = [_judge(name, *found[name], thresholds) for name in CHECKS]
     if health is not None:  # healthy nodes are judged by the health check itself
         n = checks[0]

@@ -14,6 +14,7 @@ gone by then), as ``%train register`` writes a model: one writer at a time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -85,14 +86,66 @@ def _ready(stage: str, metrics: dict[str, float], ended: bool) -> bool:
     )
 
 
-def _watch(job, progress: Callable[[str], None], inputs: dict[str, Any], poll_s: float) -> str:
-    """Poll the job's run until it ends, printing each stage's figures once they are in."""
+#: Steps past a user function's checkpoint at which ``poc --fn`` kills its workers: the
+#: reference workload's own choice (``job_config``'s ``kill_step``).
+KILL_AFTER_STEPS = 5
+
+
+def kill_target(run, job_state: str) -> dict[str, Any] | None:
+    """Whether to kill a ``poc --fn`` job's workers now, and which: None (not yet: no
+    checkpoint, or fewer than :data:`KILL_AFTER_STEPS` steps past it, or not running),
+    ``{"node": label}`` on more than one node (every worker of the last rank's node,
+    from the ``trainfactory.placement`` tag), else ``{"rank": None}`` (the last rank)."""
+    from ..jobstate import JobState, latest_step
+    from ..tracking import TAG
+
+    tags = run.data.tags
+    ckpt, step = tags.get(TAG.CKPT_STEP), latest_step(run)
+    if job_state != JobState.RUNNING or not ckpt or step is None:
+        return None
+    if step < int(float(ckpt)) + KILL_AFTER_STEPS:
+        return None
+    try:
+        placement = json.loads(tags.get(TAG.PLACEMENT) or "{}")
+    except ValueError:
+        placement = {}
+    ranks = placement.get("ranks") or {}
+    if len(placement.get("nodes") or {}) > 1 and ranks:
+        return {"node": ranks[max(ranks, key=int)]}
+    return {"rank": None}
+
+
+def _kill(job, target: dict[str, Any], progress: Callable[[str], None]) -> bool:
+    """Kill what :func:`kill_target` chose (``%train chaos``); True once done."""
+    try:
+        killed = job.chaos(**target)
+    except SpecError as exc:  # the job moved on (restarting, ended): try again later
+        progress(f"recovery: the kill waits ({exc})")
+        return False
+    where = ", ".join(f"rank {k['rank']} on {k['node']}" for k in killed) or "nothing alive"
+    progress(f"recovery: killed {where}")
+    return bool(killed)
+
+
+def _watch(
+    job,
+    progress: Callable[[str], None],
+    inputs: dict[str, Any],
+    poll_s: float,
+    kill: bool = False,
+) -> str:
+    """Poll the job's run until it ends, printing each stage's figures once they are in;
+    with ``kill`` (a user's function) kill its workers once it has checkpointed."""
     shown: set[str] = set()
     client = job.manager.mlflow_client
     while True:
         state = job.status()
         ended = state in TERMINAL_STATES
         run = client.get_run(job.run_id)
+        if kill and not ended and "faults/mttr_s" not in run.data.metrics:
+            target = kill_target(run, state)
+            if target is not None and _kill(job, target, progress):
+                kill = False
         checks = build_checks(run.data.metrics, run.data.tags, thresholds=None, **inputs)
         for stage in _STAGES:
             if stage not in shown and _ready(stage, run.data.metrics, ended):
@@ -193,6 +246,8 @@ def poc(
     quick: bool = False,
     checkpoint_mb: float | None = None,
     html: str | None = None,
+    fn: Callable[[dict], Any] | None = None,
+    fn_config: dict[str, Any] | None = None,
     progress: Callable[[str], None] = print,
     on_launch: Callable[[Any], None] | None = None,
     poll_s: float = 2.0,
@@ -206,8 +261,12 @@ def poc(
     the accelerator, if any); ``quick`` sizes every stage to finish in about a minute of
     work; ``checkpoint_mb`` sets the storage stage's checkpoint size (default: the
     reference model's weights and optimizer state); ``html`` where the report's page
-    goes besides the run. ``on_launch(job)`` is called once the job is submitted (the
-    magic shows its dashboard there).
+    goes besides the run. ``fn`` (a training function of one config dict, called with
+    ``fn_config``) is the training stage instead of the reference transformer: it should
+    use ``trainfactory.step`` for tokens/s (and ``watch`` for MFU) and checkpoint with
+    ``save_checkpoint`` and resume from ``get_checkpoint`` for the recovery stage, whose
+    kill comes :data:`KILL_AFTER_STEPS` steps after its first checkpoint. ``on_launch(job)``
+    is called once the job is submitted (the magic shows its dashboard there).
 
     Raises SpecError (one sentence, nothing submitted) for a bad thresholds file, fewer
     than one worker, or what a launch refuses (resources the cluster cannot give).
@@ -219,6 +278,10 @@ def poc(
 
     if workers < 1:
         raise SpecError(f"--workers must be at least 1, got {workers}.")
+    if fn is not None and not callable(fn):
+        raise SpecError(f"--fn must be a training function, got {type(fn).__name__}.")
+    if fn_config is not None and fn is None:
+        raise SpecError("--config goes with --fn: the reference workload takes none.")
     chosen: Thresholds | None = load(thresholds, set(CHECKS)) if thresholds else None
     accelerator = "gpu" if gpus_per_worker else "cpu"
     progress("node health: checking every node ...")
@@ -231,12 +294,17 @@ def poc(
     config = job_config(
         quick, accelerator, manager.storage or str(tempfile.gettempdir()), checkpoint_mb
     )
+    job_fn = poc_loop
+    if fn is not None:
+        config.update(fn_config=dict(fn_config or {}), kill_step=None)
+        job_fn = _with_training(poc_loop, fn)
     spec = JobSpec(
-        function_name="poc_loop",
+        function_name=job_fn.__name__,
         workers=workers,
         config=config,
         experiment=EXPERIMENT,
-        run_name=f"poc{' quick' if quick else ''} {workers}x{accelerator}",
+        run_name=f"poc{' quick' if quick else ''} {workers}x{accelerator}"
+        + (f" {fn.__name__}" if fn is not None else ""),
         cpus_per_worker=cpus_per_worker,
         gpus_per_worker=gpus_per_worker,
         max_failures=1,
@@ -244,14 +312,14 @@ def poc(
         tracking_uri=tracking_uri,
         storage=storage,
     )
-    job = manager.submit(poc_loop, spec)
+    job = manager.submit(job_fn, spec)
     progress(
         f"job {job.id} (run {job.run_id}): compute, collectives, checkpoints, training, recovery"
     )
     if on_launch is not None:
         on_launch(job)
     inputs = {"health": health, "accelerator": accelerator, "kill_step": config["kill_step"]}
-    state = _watch(job, progress, inputs, poll_s)
+    state = _watch(job, progress, inputs, poll_s, kill=fn is not None)
     run = manager.mlflow_client.get_run(job.run_id)
     metrics, tags = run.data.metrics, run.data.tags
     if chosen is None:
@@ -270,6 +338,17 @@ def poc(
     )
     _write(manager, report, html)
     return report
+
+
+def _with_training(loop: Callable, fn: Callable) -> Callable[[dict], None]:
+    """``loop`` with ``fn`` as its training stage, under ``fn``'s name and source (the
+    run's code version is the user's function: ``inspect`` follows ``__wrapped__``)."""
+
+    @functools.wraps(fn)
+    def poc_with_fn(config: dict[str, Any]) -> None:
+        loop(config, train_fn=fn)
+
+    return poc_with_fn
 
 
 def _timeline(tags: dict[str, str]) -> dict[str, Any] | None:
