@@ -53,11 +53,13 @@ class _Parser(argparse.ArgumentParser):
         raise CommandError(message.strip() if message else "exited")
 
 
-def _add_spec_options(parser: argparse.ArgumentParser, shared: bool) -> None:
-    """The JobSpec's options: those of ``launch`` (``shared=False``), or those every
-    subcommand has (``--address``, ``--tracking-uri``)."""
+def _add_spec_options(
+    parser: argparse.ArgumentParser, shared: bool, only: tuple[str, ...] = ()
+) -> None:
+    """The JobSpec's options: those of ``launch`` (``shared=False``; ``only`` these fields
+    when given), or those every subcommand has (``--address``, ``--tracking-uri``)."""
     for spec_field, option in launch_options():
-        if option.shared == shared:
+        if option.shared == shared and (not only or spec_field.name in only):
             parser.add_argument(
                 *option.flags,
                 dest=spec_field.name,
@@ -301,6 +303,7 @@ def _add_poc(sub) -> None:
         " reference transformer); it is killed 5 steps after its first checkpoint",
     )
     poc.add_argument("--config", metavar="DICT", help="--fn's config, as launch --config")
+    _add_spec_options(poc, shared=False, only=("resources", "placement"))  # as launch's
     poc.add_argument(
         "--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="two poc reports side by side"
     )

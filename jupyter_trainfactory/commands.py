@@ -314,6 +314,8 @@ def poc_from_args(
         ns.workers,
         ns.gpus_per_worker,
         cpus_per_worker=ns.cpus_per_worker,
+        resources=ns.resources,
+        placement=ns.placement,
         address=address,
         tracking_uri=tracking_uri,
         storage=storage,

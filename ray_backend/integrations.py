@@ -9,17 +9,16 @@ DDP-wrapped module the allreduce timing). Nothing else of the loop changes: its
 ``RayTrainReportCallback`` reports and checkpoints as under plain Ray Train.
 
 Neither package is imported to do this (Lightning takes seconds to import): the wrap is
-made when the user's loop imports the Ray module, by an import hook on ``sys.meta_path``.
+made when the user's loop imports the Ray module (:func:`.import_hooks.when_imported`).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from ray_backend.import_hooks import when_imported
 
 __all__ = ["batch_samples", "install"]
 
@@ -100,38 +99,6 @@ def _wrap(module: Any, worker: Any, watch: Callable[[Any], Any]) -> tuple[Any, s
     return module, "prepare_trainer", original
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``hook(module)`` right after one of ``names`` is imported."""
-
-    def __init__(self, names: tuple[str, ...], hook: Callable[[Any], None]):
-        self.names, self.hook, self._finding = names, hook, False
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.names or self._finding:
-            return None
-        self._finding = True  # the real finders give the spec; this one steps aside
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self._finding = False
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _HookedLoader(spec.loader, self.hook)
-        return spec
-
-
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, hook: Callable[[Any], None]):
-        self.loader, self.hook = loader, hook
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        self.hook(module)
-
-
 def install(worker: Any, watch: Callable[[Any], Any]) -> Callable[[], None]:
     """Wrap the integrations' ``prepare_trainer`` for ``worker`` (a ``WorkerTelemetry``)
     now if imported, else when imported; returns the undo."""
@@ -141,15 +108,10 @@ def install(worker: Any, watch: Callable[[Any], Any]) -> Callable[[], None]:
         if hasattr(module, "prepare_trainer"):
             undone.append(_wrap(module, worker, watch))
 
-    for name in (LIGHTNING, TRANSFORMERS):
-        if name in sys.modules:
-            hook(sys.modules[name])
-    finder = _AfterImport(tuple(n for n in (LIGHTNING, TRANSFORMERS) if n not in sys.modules), hook)
-    sys.meta_path.insert(0, finder)
+    unhook = when_imported((LIGHTNING, TRANSFORMERS), hook)
 
     def undo() -> None:
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
+        unhook()
         for module, name, value in undone:
             setattr(module, name, value)
 

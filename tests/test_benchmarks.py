@@ -63,7 +63,9 @@ def test_launch_latency_short_mode_prints_its_ratios(services):
 @pytest.mark.job
 @pytest.mark.timeout(400)
 def test_report_latency_short_mode_prints_its_ratio(services):
-    lines = _run("report_latency", "--rounds", "1", "--reports", "2", "--quiet", "1.5")
+    lines = _run(
+        "report_latency", "--rounds", "1", "--reports", "2", "--quiet", "1.5", "--only-tool"
+    )
     match = re.match(r"\(t\) report with checkpoint / raw save = (\d+\.\d+) \((\d+) ms", lines[-1])
     assert match, lines[-1]
     assert float(match.group(1)) > 0

@@ -5,7 +5,8 @@ import sys
 
 import torch
 
-from ray_backend.integrations import _AfterImport, batch_samples
+from ray_backend.import_hooks import AfterImport
+from ray_backend.integrations import batch_samples
 
 
 def test_the_samples_of_a_batch_are_its_first_tensors_first_dimension():
@@ -21,7 +22,7 @@ def test_the_hook_runs_after_the_module_is_imported_and_only_for_its_names(tmp_p
     (tmp_path / "other_module.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     seen = []
-    finder = _AfterImport(("fake_integration",), lambda m: seen.append(m.prepare_trainer(5)))
+    finder = AfterImport(("fake_integration",), lambda m: seen.append(m.prepare_trainer(5)))
     sys.meta_path.insert(0, finder)
     try:
         importlib.import_module("other_module")

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import cloudpickle
 import psutil
 import pytest
 import train_fns
@@ -365,6 +366,43 @@ def test_a_remote_job_is_seen_and_stopped_from_elsewhere(remote, manager):
     assert stopped.returncode == 0, stopped.stderr
     assert remote.wait(job.id, timeout=120) == "STOPPED"
     assert manager.info(job.id).reason == "user-now"
+
+
+@pytest.mark.timeout(420)
+def test_poc_with_the_users_function_loses_a_nodes_workers(remote, cluster, capsys):
+    """``%train poc --fn`` on two nodes (``--placement spread``): the user's loop is the
+    training stage, and 5 steps after its first checkpoint the kernel kills every worker
+    of the last rank's node (``%train chaos --kill-node``, by the placement tag's label);
+    the recovery's figures come from the run's failure record."""
+    from conftest import ipython_shell
+
+    cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
+    shell = ipython_shell()
+    shell.run_line_magic("load_ext", "jupyter_trainfactory")
+    shell.user_ns["my_loop"] = train_fns.fault_loop
+    config = {"steps": 250, "every": 10, "sleep": 0.2, "fail_step": None, "marker": "-"}
+    line = (
+        f'poc --quick --fn my_loop --config "{config}" --placement spread'
+        f" --resources {SLOT}=1 --address {cluster.dashboard} --storage {remote.storage}"
+    )
+    report = shell.run_line_magic("train", line)
+    out = capsys.readouterr().out
+    assert report.state == "SUCCEEDED", report.text()
+    checks = {c.name: c for c in report.checks}
+    for name in ("compute_tflops", "allreduce_busbw_gb_per_s", "recovery_mttr_s"):
+        assert checks[name].status != "n/a" and checks[name].value > 0, (name, report.text())
+    placement = _placement(remote, report.run_id)
+    assert len(placement["nodes"]) == 2, placement  # the workers ran on nodes a and b
+    label = placement["ranks"]["1"]
+    assert f"recovery: killed rank 1 on {label}" in out, out  # the node's one worker
+    run = remote.mlflow_client.get_run(report.run_id)
+    (record, *_) = json.loads(run.data.tags["trainfactory.faults.records"])
+    assert record["rank"] == 1 and record["kind"] == "worker_crash", record
+    assert record["restored_step"] % 10 == 0 and record["step_reached"] >= 15
+    assert checks["steps_lost"].value == record["step_reached"] - record["restored_step"]
+    assert "fault_loop" in run.info.run_name
+    loss = remote.mlflow_client.get_metric_history(report.run_id, "loss")
+    assert sorted(p.step for p in loss) == list(range(1, 251))  # its own steps, each once
 
 
 @pytest.mark.timeout(420)

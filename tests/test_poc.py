@@ -10,6 +10,7 @@ import math
 import pytest
 from mlflow.entities import Metric, Run, RunData, RunInfo, RunTag
 
+from jupyter_trainfactory.arguments import CommandError
 from jupyter_trainfactory.payload import function_source
 from jupyter_trainfactory.poc.checks import CHECKS, FAIL, MEASURED, NA, PASS, build_checks
 from jupyter_trainfactory.poc.html import report_html, write_html
@@ -282,3 +283,22 @@ def test_a_node_is_named_by_ip_id_or_its_placement_label():
     assert attempts.ranks_on_node("192.0.2.2") == [0, 1]
     assert attempts.ranks_on_node("192-0-2-2-ffeedd") == [1]  # nodes sharing an IP
     assert attempts.ranks_on_node("aabbccdd") == [0] and attempts.ranks_on_node("aabb") == []
+
+
+def test_placement_and_resources_reach_the_poc_as_a_launchs(monkeypatch):
+    import shlex
+
+    from jupyter_trainfactory import api, commands
+    from jupyter_trainfactory.arguments import build_parser
+
+    seen = {}
+    monkeypatch.setattr(api, "poc", lambda *a, **kw: seen.update(kw))
+    line = "poc --quick --placement spread --resources tf_slot=1 --resources rack=2"
+    ns = build_parser().parse_args(shlex.split(line))
+    commands.poc_from_args(ns, None, None, None)
+    assert seen["placement"] == "spread" and seen["resources"] == ["tf_slot=1", "rack=2"]
+    ns = build_parser().parse_args(["poc"])
+    commands.poc_from_args(ns, None, None, None)
+    assert seen["placement"] == "pack" and seen["resources"] == []
+    with pytest.raises(CommandError, match="placement"):
+        build_parser().parse_args(["poc", "--placement", "scatter"])

@@ -101,33 +101,3 @@ def test_quick_poc_measures_every_stage_and_writes_its_report(shell, tmp_path, m
     for hex_colour in PALETTE[:3]:  # all-gather, allreduce, reduce-scatter
         rgb = tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
         assert rgb in colours, f"no {hex_colour} line in the screenshot {KEPT / shot.name}"
-
-
-@pytest.mark.timeout(420)
-def test_poc_with_the_users_function_kills_it_after_its_checkpoint(shell, mlflow_client, capsys):
-    """``--fn``: the user's loop is the training stage; the kernel kills its last rank
-    (``%train chaos``) 5 steps after its first checkpoint, and the recovery comes from the
-    run's failure record."""
-    import json
-
-    import cloudpickle
-    import train_fns
-
-    cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
-    shell.user_ns["my_loop"] = train_fns.fault_loop
-    config = {"steps": 250, "every": 10, "sleep": 0.2, "fail_step": None, "marker": "-"}
-    report = shell.run_line_magic("train", f'poc --quick --fn my_loop --config "{config}"')
-    out = capsys.readouterr().out
-    assert report.state == "SUCCEEDED", report.text()
-    assert "recovery: killed rank 1" in out, out
-    checks = {c.name: c for c in report.checks}
-    for name in ("compute_tflops", "allreduce_busbw_gb_per_s", "recovery_mttr_s"):
-        assert checks[name].status != NA and checks[name].value > 0, (name, report.text())
-    run = mlflow_client.get_run(report.run_id)
-    (record, *_) = json.loads(run.data.tags["trainfactory.faults.records"])
-    assert record["rank"] == 1 and record["kind"] == "worker_crash", record
-    assert record["restored_step"] % 10 == 0 and record["step_reached"] >= 15
-    assert checks["steps_lost"].value == record["step_reached"] - record["restored_step"]
-    assert "fault_loop" in run.info.run_name
-    loss = mlflow_client.get_metric_history(report.run_id, "loss")
-    assert sorted(p.step for p in loss) == list(range(1, 251))  # its own steps, each once

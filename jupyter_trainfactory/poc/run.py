@@ -239,6 +239,8 @@ def poc(
     gpus_per_worker: float = 0.0,
     *,
     cpus_per_worker: float = 1.0,
+    resources: dict[str, float] | list[str] | None = None,
+    placement: str = "pack",
     address: str | None = None,
     tracking_uri: str | None = None,
     storage: str | None = None,
@@ -253,9 +255,11 @@ def poc(
     poll_s: float = 2.0,
 ) -> PocReport:
     """Run a proof of concept on ``manager``'s cluster (the JobManager of ``address``,
-    ``tracking_uri`` and ``storage``) with ``workers`` workers of ``gpus_per_worker`` GPUs (0: CPU workers), print each
-    stage's figures as they come (``progress``) and return the :class:`PocReport`,
-    written to its MLflow run in experiment ``trainfactory-poc``.
+    ``tracking_uri`` and ``storage``) with ``workers`` workers of ``gpus_per_worker`` GPUs
+    (0: CPU workers), each also reserving the custom ``resources`` and placed by
+    ``placement`` (as a launch's: ``spread`` puts the collectives and the recovery kill
+    across nodes), print each stage's figures as they come (``progress``) and return the
+    :class:`PocReport`, written to its MLflow run in experiment ``trainfactory-poc``.
 
     ``thresholds`` is a TOML file (:mod:`.thresholds`; default: the shipped file for
     the accelerator, if any); ``quick`` sizes every stage to finish in about a minute of
@@ -307,6 +311,8 @@ def poc(
         + (f" {fn.__name__}" if fn is not None else ""),
         cpus_per_worker=cpus_per_worker,
         gpus_per_worker=gpus_per_worker,
+        resources=resources or {},
+        placement=placement,
         max_failures=1,
         address=address,
         tracking_uri=tracking_uri,
