@@ -75,8 +75,7 @@ def _collectives(config: dict[str, Any], device: Any) -> None:
     if world < 2:
         _log({"poc/collectives/ranks": 1.0}, 0)
         return
-    node_ranks: list[Any] = [None] * world
-    dist.all_gather_object(node_ranks, ctx.get_node_rank())
+    node_ranks = _rank_nodes(world)
     group, _ = poc_bench.node_groups(node_ranks)
     scopes = [("intra", group)]
     if len(set(node_ranks)) > 1:
@@ -191,16 +190,24 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
                 trainfactory.save_checkpoint({"step": step, "loss": float(loss)}, directory)
 
 
+def _rank_nodes(world: int) -> list[str]:
+    """Each world rank's Ray node id (a collective: every rank calls it). Not Ray Train's
+    node rank, which counts hosts by IP address: raylets that share one are still nodes
+    to Ray's scheduler, and a node lost is one raylet's workers."""
+    import ray
+    import torch.distributed as dist
+
+    nodes: list[Any] = [None] * world
+    dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
+    return nodes
+
+
 def _dies(rank: int, world: int) -> bool:
     """Whether this rank kills itself at the kill step: the last rank, or on more than
     one node every rank on the last rank's node (a collective: every rank calls it)."""
-    import ray.train
-    import torch.distributed as dist
-
     if world < 2:
         return rank == world - 1
-    nodes: list[Any] = [None] * world
-    dist.all_gather_object(nodes, ray.train.get_context().get_node_rank())
+    nodes = _rank_nodes(world)
     if len(set(nodes)) == 1:
         return rank == world - 1
     return nodes[rank] == nodes[-1]

@@ -389,15 +389,19 @@ def test_poc_with_the_users_function_loses_a_nodes_workers(remote, cluster, caps
     out = capsys.readouterr().out
     assert report.state == "SUCCEEDED", report.text()
     checks = {c.name: c for c in report.checks}
-    for name in ("compute_tflops", "allreduce_busbw_gb_per_s", "recovery_mttr_s"):
+    for name in ("compute_tflops", "allreduce_inter_busbw_gb_per_s", "recovery_mttr_s"):
         assert checks[name].status != "n/a" and checks[name].value > 0, (name, report.text())
     placement = _placement(remote, report.run_id)
     assert len(placement["nodes"]) == 2, placement  # the workers ran on nodes a and b
     label = placement["ranks"]["1"]
-    assert f"recovery: killed rank 1 on {label}" in out, out  # the node's one worker
+    assert f"recovery: killed node {label}'s workers: rank 1 on" in out, out  # its one worker
+    # the raylets share this machine's address, but to Ray they are two nodes: the
+    # collectives ran across them (one rank per node: nothing within one to measure)
+    assert checks["allreduce_busbw_gb_per_s"].status == "n/a", report.text()
     run = remote.mlflow_client.get_run(report.run_id)
     (record, *_) = json.loads(run.data.tags["trainfactory.faults.records"])
-    assert record["rank"] == 1 and record["kind"] == "worker_crash", record
+    # a node's workers killed at once: recorded as the node lost, not one worker's crash
+    assert record["rank"] == 1 and record["kind"] == "node_loss", record
     assert record["restored_step"] % 10 == 0 and record["step_reached"] >= 15
     assert checks["steps_lost"].value == record["step_reached"] - record["restored_step"]
     assert "fault_loop" in run.info.run_name

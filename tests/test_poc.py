@@ -302,3 +302,14 @@ def test_placement_and_resources_reach_the_poc_as_a_launchs(monkeypatch):
     assert seen["placement"] == "pack" and seen["resources"] == []
     with pytest.raises(CommandError, match="placement"):
         build_parser().parse_args(["poc", "--placement", "scatter"])
+
+
+def test_one_rank_per_node_measures_across_nodes_only():
+    m = {k: v for k, v in _metrics().items() if "/intra/" not in k}
+    m.update({"poc/collectives/nodes": 2.0, "poc/allreduce/inter/16MiB/busbw_gb_per_s": 0.5})
+    checks = _by_name(
+        build_checks(m, {}, health=HEALTHY, accelerator="cpu", kill_step=25, thresholds=None)
+    )
+    assert checks["allreduce_inter_busbw_gb_per_s"].value == 0.5
+    within = checks["allreduce_busbw_gb_per_s"]
+    assert within.status == NA and "one rank per node" in within.detail, within

@@ -125,6 +125,7 @@ def _compute(m: dict[str, float], device: str, accelerator: str) -> dict[str, tu
 def _collectives(m: dict[str, float]) -> dict[str, tuple]:
     curves = bandwidth_curves(m)
     ranks = int(m.get("poc/collectives/ranks", 0))
+    nodes = int(m.get("poc/collectives/nodes", 1))
     out: dict[str, tuple] = {}
     for name in COLLECTIVES:
         for scope in ("intra", "inter"):
@@ -138,6 +139,8 @@ def _collectives(m: dict[str, float]) -> dict[str, tuple]:
                 out[check] = (None, "one rank: a collective over one device moves nothing")
             elif scope == "inter":
                 out[check] = (None, "one node: nothing crosses nodes")
+            elif ranks > 1 and nodes == ranks:
+                out[check] = (None, "one rank per node: nothing within a node to measure")
             else:
                 out[check] = (None, "the collectives stage recorded nothing")
     return out

@@ -123,7 +123,8 @@ def _kill(job, target: dict[str, Any], progress: Callable[[str], None]) -> bool:
         progress(f"recovery: the kill waits ({exc})")
         return False
     where = ", ".join(f"rank {k['rank']} on {k['node']}" for k in killed) or "nothing alive"
-    progress(f"recovery: killed {where}")
+    whose = f"node {target['node']}'s workers: " if target.get("node") else ""
+    progress(f"recovery: killed {whose}{where}")
     return bool(killed)
 
 
