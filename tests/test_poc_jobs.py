@@ -59,12 +59,12 @@ def test_quick_poc_measures_every_stage_and_writes_its_report(shell, tmp_path, m
         "steps_lost",
     ):
         assert checks[name].status != NA and checks[name].value > 0, (name, text)
-    # killed 5 steps after a checkpoint (4 when the kill step's own point did not reach
-    # the run); read from the failure record, as the report says
+    # killed 5 steps after a checkpoint, read from the failure record as the report says:
+    # 4 when the kill step's own point did not reach the run, 6 when rank 0's next one did
     run = mlflow_client.get_run(report.run_id)
     (record, *_) = json.loads(run.data.tags["trainfactory.faults.records"])
     lost = record["step_reached"] - record["restored_step"]
-    assert checks["steps_lost"].value == lost and 4 <= lost <= 5, (record, text)
+    assert checks["steps_lost"].value == lost and 4 <= lost <= 6, (record, text)
     assert checks["recovery_mttr_s"].status == PASS, text
     assert report.passed, text  # this machine passes the shipped CPU floors
     # the run: experiment trainfactory-poc, every figure a metric, the report's artifacts
