@@ -118,8 +118,7 @@ FSDP = "torch.distributed.fsdp"
 def install(telemetry: Any, watch: Callable[[Any], Any]) -> Callable[[], None]:
     """Time ``torch.distributed``'s FSDP2 collectives into ``telemetry`` and watch what
     ``torch.distributed.fsdp.fully_shard`` returns (wrapped when the loop imports it);
-    returns the undo. Does nothing on a
-    worker without ``torch.distributed``."""
+    returns the undo. Does nothing on a worker without ``torch.distributed``."""
     originals: list[tuple[Any, str, Any]] = []
     try:
         import torch.distributed as dist

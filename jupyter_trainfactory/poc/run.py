@@ -276,11 +276,6 @@ def poc(
     Raises SpecError (one sentence, nothing submitted) for a bad thresholds file, fewer
     than one worker, or what a launch refuses (resources the cluster cannot give).
     """
-    from ray_backend.poc_loop import poc_loop
-
-    from ..nodehealth.node import cluster_health
-    from ..spec import JobSpec
-
     if workers < 1:
         raise SpecError(f"--workers must be at least 1, got {workers}.")
     if fn is not None and not callable(fn):
@@ -289,32 +284,21 @@ def poc(
         raise SpecError("--config goes with --fn: the reference workload takes none.")
     chosen: Thresholds | None = load(thresholds, set(CHECKS)) if thresholds else None
     accelerator = "gpu" if gpus_per_worker else "cpu"
-    progress("node health: checking every node ...")
-    health = cluster_health(manager).to_dict()
-    bad = [n for n in health["nodes"] if not n["healthy"]]
-    progress(
-        f"node health: {len(health['nodes']) - len(bad)} of {len(health['nodes'])} nodes healthy"
-        + "".join(f"\n  {n['host']}: {'; '.join(n['reasons'])}" for n in bad)
-    )
+    health = _node_health(manager, progress)
     config = job_config(
         quick, accelerator, manager.storage or str(tempfile.gettempdir()), checkpoint_mb
     )
-    job_fn = poc_loop
-    if fn is not None:
-        config.update(fn_config=dict(fn_config or {}), kill_step=None)
-        job_fn = _with_training(poc_loop, fn)
-    spec = JobSpec(
-        function_name=job_fn.__name__,
+    job_fn, spec = _job(
+        config,
+        fn,
+        fn_config,
+        quick=quick,
         workers=workers,
-        config=config,
-        experiment=EXPERIMENT,
-        run_name=f"poc{' quick' if quick else ''} {workers}x{accelerator}"
-        + (f" {fn.__name__}" if fn is not None else ""),
+        accelerator=accelerator,
         cpus_per_worker=cpus_per_worker,
         gpus_per_worker=gpus_per_worker,
-        resources=resources or {},
+        resources=resources,
         placement=placement,
-        max_failures=1,
         address=address,
         tracking_uri=tracking_uri,
         storage=storage,
@@ -345,6 +329,55 @@ def poc(
     )
     _write(manager, report, html)
     return report
+
+
+def _node_health(manager, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The health check of every node (``cluster_health``), its outcome printed."""
+    from ..nodehealth.node import cluster_health
+
+    progress("node health: checking every node ...")
+    health = cluster_health(manager).to_dict()
+    bad = [n for n in health["nodes"] if not n["healthy"]]
+    progress(
+        f"node health: {len(health['nodes']) - len(bad)} of {len(health['nodes'])} nodes healthy"
+        + "".join(f"\n  {n['host']}: {'; '.join(n['reasons'])}" for n in bad)
+    )
+    return health
+
+
+def _job(
+    config: dict[str, Any],
+    fn,
+    fn_config,
+    *,
+    quick: bool,
+    workers: int,
+    accelerator: str,
+    **target: Any,
+):
+    """The job's function (``poc_loop``, or it with ``fn`` as its training stage) and its
+    JobSpec; ``config`` gets ``fn_config`` and no kill step of its own when ``fn`` is given
+    (the kernel kills ``fn``'s workers). ``target``: the spec's resource, placement and
+    cluster fields, as given to :func:`poc`."""
+    from ray_backend.poc_loop import poc_loop
+
+    from ..spec import JobSpec
+
+    job_fn = poc_loop
+    if fn is not None:
+        config.update(fn_config=dict(fn_config or {}), kill_step=None)
+        job_fn = _with_training(poc_loop, fn)
+    name = f"poc{' quick' if quick else ''} {workers}x{accelerator}"
+    spec = JobSpec(
+        function_name=job_fn.__name__,
+        workers=workers,
+        config=config,
+        experiment=EXPERIMENT,
+        run_name=name + (f" {fn.__name__}" if fn is not None else ""),
+        max_failures=1,
+        **{**target, "resources": target.get("resources") or {}},
+    )
+    return job_fn, spec
 
 
 def _with_training(loop: Callable, fn: Callable) -> Callable[[dict], None]:
