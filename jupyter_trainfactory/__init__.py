@@ -18,11 +18,21 @@ __all__ = [
     "load_ipython_extension",
     "poc",
     "reliability",
+    "sweep",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("launch", "attach", "list_jobs", "get_manager", "reliability", "health", "poc"):
+    if name in (
+        "launch",
+        "attach",
+        "list_jobs",
+        "get_manager",
+        "reliability",
+        "health",
+        "poc",
+        "sweep",
+    ):
         from . import api
 
         return getattr(api, name)

@@ -9,10 +9,19 @@ from typing import Any
 
 from .datasets import check_datasets
 from .jobs import Job, JobInfo, JobManager
-from .spec import JobSpec
+from .spec import JobSpec, SpecError
 from .trainers import is_torch_trainer, merge_options, trainer_parts
 
-__all__ = ["attach", "get_manager", "health", "launch", "list_jobs", "poc", "reliability"]
+__all__ = [
+    "attach",
+    "get_manager",
+    "health",
+    "launch",
+    "list_jobs",
+    "poc",
+    "reliability",
+    "sweep",
+]
 
 _managers: dict[tuple, JobManager] = {}
 
@@ -134,6 +143,65 @@ _SPEC_PARAMETERS = tuple(
     for name in inspect.signature(launch).parameters
     if name in {f.name for f in dataclasses.fields(JobSpec)} and name != "config"
 )
+
+
+def sweep(
+    fn: Callable[[dict], Any],
+    params: dict[str, Any] | list[str],
+    *,
+    metric: str,
+    mode: str = "min",
+    trials: int = 8,
+    concurrent: int = 2,
+    scheduler: str = "asha",
+    search: str = "random",
+    grace_period: int = 1,
+    reduction_factor: int = 2,
+    workers: int = 2,
+    config: dict | None = None,
+    address: str | None = None,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    **options: Any,
+) -> Job:
+    """Search ``fn``'s hyperparameters with Ray Tune: ``trials`` trials, at most
+    ``concurrent`` at once (fewer if the cluster holds fewer), each a Ray Train job of
+    ``workers`` workers with ``config`` and the trial's sample of ``params`` over it,
+    judged by the reported ``metric`` (``mode`` ``min`` or ``max``). ``params`` maps a
+    config key to Ray Tune text (``"loguniform(1e-4,1e-1)"``, ``"choice(32,64)"``,
+    ``"grid(1,2)"``) or a ``ray.tune`` domain; ``scheduler`` is ``asha`` (stops the
+    worse trials at reports ``grace_period * reduction_factor**k``) or ``fifo``;
+    ``search`` is ``random``, ``grid`` or ``optuna``. ``options`` are launch's (resources,
+    placement, failure budget, experiment, ...). The sweep is one detached job: its MLflow
+    run is the parent of one child run per trial. Returns its :class:`Job`.
+
+    Raises SpecError (nothing submitted) for a bad search space or setting, or a trial
+    the cluster can never hold."""
+    from .sweeps import SweepSettings, submit_sweep
+
+    fields = {f.name for f in dataclasses.fields(JobSpec)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise SpecError(
+            f"sweep() got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}."
+        )
+    spec = JobSpec(
+        function_name=getattr(fn, "__name__", "train"),
+        workers=workers,
+        config=dict(config or {}),
+        **options,
+    )
+    settings = SweepSettings(
+        metric=metric,
+        mode=mode,
+        trials=trials,
+        concurrent=concurrent,
+        scheduler=scheduler,
+        search=search,
+        grace_period=grace_period,
+        reduction_factor=reduction_factor,
+    )
+    return submit_sweep(get_manager(address, tracking_uri, storage), fn, spec, params, settings)
 
 
 def attach(job_id: str, address: str | None = None, tracking_uri: str | None = None) -> Job:

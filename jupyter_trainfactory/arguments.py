@@ -87,6 +87,7 @@ def build_parser(prog: str = "%train", launch_target: str = "FUNC") -> argparse.
     _add_job_views(sub)
     _add_cluster(sub)
     _add_poc(sub)
+    _add_sweep(sub, launch_target)
     return parser
 
 
@@ -310,6 +311,48 @@ def _add_poc(sub) -> None:
     _add_target(poc)
 
 
+def _add_sweep(sub, launch_target: str) -> None:
+    sweep = sub.add_parser("sweep", help="search hyperparameters with Ray Tune, one job per trial")
+    sweep.add_argument("target", metavar=launch_target, help="the training function")
+    sweep.add_argument(
+        "--param",
+        dest="params",
+        action="append",
+        default=[],
+        metavar="NAME=SPACE",
+        help="a config key and its Ray Tune search space: lr=loguniform(1e-4,1e-1),"
+        " hidden=choice(32,64,128), seed=grid(1,2); repeat for each",
+    )
+    sweep.add_argument("--trials", type=int, default=8, metavar="N", help="trials (default 8)")
+    sweep.add_argument(
+        "--concurrent", type=int, default=2, metavar="K", help="trials at once (default 2)"
+    )
+    sweep.add_argument("--metric", metavar="KEY", help="the reported key to optimize")
+    sweep.add_argument("--mode", default="min", choices=("min", "max"), help="min (default) or max")
+    sweep.add_argument(
+        "--scheduler",
+        default="asha",
+        metavar="asha|fifo",
+        help="asha (default) stops bad trials early",
+    )
+    sweep.add_argument(
+        "--search", default="random", metavar="random|grid|optuna", help="how trials are chosen"
+    )
+    sweep.add_argument(
+        "--grace-period", type=int, default=1, metavar="R", help="ASHA: reports before a cut (1)"
+    )
+    sweep.add_argument(
+        "--reduction-factor",
+        type=int,
+        default=2,
+        metavar="ETA",
+        help="ASHA: keep 1/ETA per rung (2)",
+    )
+    _add_spec_options(sweep, shared=False)
+    sweep.add_argument("--wait", action="store_true", help="block until the sweep ends")
+    _add_target(sweep)
+
+
 def help_text(parser: argparse.ArgumentParser, topic: str | None = None) -> str:
     """The help of the whole command, or of one subcommand (``help launch``)."""
     if topic:
@@ -335,9 +378,10 @@ def parse(
     if ns is None or ns.command is None:
         raise CommandError(
             "Give a subcommand: launch, status, list, logs, stop, resume, chaos, attach,"
-            " register, costs, reliability, gc, cluster, health, poc or services."
+            " register, costs, reliability, gc, cluster, health, poc, sweep or services."
         )
-    if getattr(ns, "workers", 1) is not None and ns.command == "launch" and ns.workers < 1:
+    launching = ns.command in ("launch", "sweep")
+    if getattr(ns, "workers", 1) is not None and launching and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
     return ns
 

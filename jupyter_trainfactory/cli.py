@@ -36,6 +36,7 @@ from .commands import (
     services_text,
     split_inputs,
     stop_text,
+    sweep_from_args,
 )
 from .jobs import JobNotFound
 from .services import ServiceError
@@ -108,6 +109,23 @@ def _launch(ns) -> int:
         state = job.wait()
         detail = job.info().error if state == "FAILED" else ""
         print(f"job {job.id}: {state}" + (f" ({detail})" if detail else ""))
+        return 0 if state == "SUCCEEDED" else 1
+    return 0
+
+
+def _sweep(ns) -> int:
+    from .sweeps.leaderboard import leaderboard_text
+
+    fn, source = load_function(ns.target)
+    config = config_from_args(ns.config, vars(sys.modules[fn.__module__]))
+    spec = spec_from_args(ns, fn.__name__, config, source)
+    manager = api.get_manager(ns.address, ns.tracking_uri, ns.storage)
+    job = sweep_from_args(ns, manager, fn, spec)
+    info = job.info()
+    print(f"sweep {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
+    if ns.wait:
+        state = job.wait()
+        print(leaderboard_text(manager.mlflow_client, job.run_id))
         return 0 if state == "SUCCEEDED" else 1
     return 0
 
@@ -235,6 +253,7 @@ _COMMANDS = {
     "cluster": _cluster,
     "health": _health,
     "poc": _poc,
+    "sweep": _sweep,
 }
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "gc_text",
     "health_text",
     "poc_from_args",
+    "sweep_from_args",
     "register_from_args",
     "register_text",
     "split_inputs",
@@ -328,3 +329,22 @@ def poc_from_args(
         progress=progress,
         on_launch=on_launch,
     )
+
+
+def sweep_from_args(ns, manager, fn, spec, notice=print):
+    """``sweep``: the settings from the parsed line, then :func:`~.sweeps.submit_sweep`
+    of ``fn`` with ``spec`` (``launch``'s options, from :func:`~.arguments.spec_from_args`);
+    returns the sweep's Job. Raises SpecError."""
+    from .sweeps import SweepSettings, submit_sweep
+
+    settings = SweepSettings(
+        metric=ns.metric or "",
+        mode=ns.mode,
+        trials=ns.trials,
+        concurrent=ns.concurrent,
+        scheduler=ns.scheduler,
+        search=ns.search,
+        grace_period=ns.grace_period,
+        reduction_factor=ns.reduction_factor,
+    )
+    return submit_sweep(manager, fn, spec, ns.params, settings, notice=notice)

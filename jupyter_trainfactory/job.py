@@ -24,6 +24,7 @@ class Job:
         self.manager = manager
         self.tracking_uri = manager.tracking_uri
         self._dashboard = None
+        self._sweep: bool | None = None
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, run_id={self.run_id!r})"
@@ -90,13 +91,27 @@ class Job:
         See :meth:`JobManager.chaos`."""
         return self.manager.chaos(self.id, rank=rank, node=node)
 
+    def is_sweep(self) -> bool:
+        """Whether this job is a sweep (its run is a sweep's parent run)."""
+        from .tracking import TAG
+
+        if self._sweep is None:
+            tags = self.manager.mlflow_client.get_run(self.run_id).data.tags
+            self._sweep = TAG.SWEEP in tags
+        return self._sweep
+
     def dashboard(self, start: bool = True):
         """The live dashboard widget of this job: the one already shown (still live), or a
-        new one when there is none or it was closed."""
+        new one when there is none or it was closed; a sweep's is its leaderboard
+        (:class:`~.sweeps.widget.SweepBoard`)."""
         from .dashboard import JobDashboard
 
         board = self._dashboard
-        if board is None or board.comm is None:  # none yet, or closed
+        if self.is_sweep() and (board is None or board.comm is None):
+            from .sweeps.widget import SweepBoard
+
+            self._dashboard = SweepBoard(self.manager.mlflow_client, self.run_id, start=start)
+        elif board is None or board.comm is None:  # none yet, or closed
             self._dashboard = JobDashboard(self, start=start)
         elif start:
             board.start()

@@ -36,7 +36,14 @@ from .jobstate import (
     job_state,
     pending_reason,
 )
-from .payload import fetch_payload, load_model_fn, log_payload, runtime_env, write_payload
+from .payload import (
+    DRIVER_MODULE,
+    fetch_payload,
+    load_model_fn,
+    log_payload,
+    runtime_env,
+    write_payload,
+)
 from .rayjobs import RayClients
 from .services import Services, ensure_services
 from .spec import JobSpec, SpecError, current_owner
@@ -163,8 +170,12 @@ class JobManager:
         inputs: dict[str, Any] | None = None,
         model_fn: Callable[[str], Any] | None = None,
         datasets: dict[str, Any] | None = None,
+        kind: submission.JobKind | None = None,
     ) -> Job:
         """Validate, create the MLflow run, and submit ``fn`` as a detached Ray job.
+
+        ``kind`` (a sweep's, :mod:`.sweeps`) names another driver module for the job and
+        adds its files, tags, params and ``job.json`` entries.
 
         ``datasets`` (name -> Ray Dataset, or a function of no arguments returning one)
         are built in the job's driver and given to ``TorchTrainer(datasets=...)``; the
@@ -199,6 +210,8 @@ class JobManager:
         described = [describe(name, value) for name, value in datasets.items()]
         datasets = pack(datasets)
         placement = self.check(spec)
+        if kind is not None:
+            kind.check(placement)
 
         job_id = submission.new_job_id()
         source = function_source(fn)
@@ -209,17 +222,21 @@ class JobManager:
             job_id, spec, self.address, self.ray.local_head(), code.tags(), data
         )
         tags.update(lineage_tags(described))
+        if kind is not None:
+            meta.update(kind.meta, driver=kind.driver)
+            tags.update(kind.tags)
         shown_meta, redacted = redact.redact_mapping(json.loads(json.dumps(meta, default=repr)))
         if redacted:
             tags[TAG.REDACTED] = json.dumps(redacted)[:5000]
-        payload = write_payload(job_id, fn, model_fn, spec.config, datasets)
+        extra = kind.files if kind is not None else None
+        payload = write_payload(job_id, fn, model_fn, spec.config, datasets, extra)
         try:
             run = tracking.create_job_run(
                 self.mlflow_client,
                 spec.experiment,
                 spec.run_name,
                 redact.redact_params(tags),
-                redact.redact_params(spec.params()),
+                redact.redact_params({**spec.params(), **(kind.params if kind else {})}),
             )
         except Exception as exc:
             shutil.rmtree(payload.parent, ignore_errors=True)
@@ -254,9 +271,10 @@ class JobManager:
         self, job_id: str, submission_id: str, run_id: str, spec: JobSpec, payload: Path
     ) -> None:
         python = sys.executable if self.local else "python"
+        driver = json.loads((payload / "job.json").read_text()).get("driver", DRIVER_MODULE)
         ray_address = self._services.ray_address if self.local and self._services else None
         self.jobs_client.submit_job(
-            entrypoint=f"{python} -m ray_backend.driver {payload.name}",
+            entrypoint=f"{python} -m {driver} {payload.name}",
             submission_id=submission_id,
             runtime_env=runtime_env(spec, payload, ray_address),
             metadata={
@@ -292,6 +310,11 @@ class JobManager:
             )
         run = self.mlflow_client.get_run(run.info.run_id)
         run_id, tags = run.info.run_id, run.data.tags
+        if TAG.SWEEP in tags:
+            raise SpecError(
+                f"Job {job_id} is a sweep, and resuming a sweep is not supported yet;"
+                " start a new %train sweep (its finished trials' runs and checkpoints stay)."
+            )
         if tags.get(TAG.DASHBOARD, self.address) != self.address:
             raise SpecError(
                 f"Job {job_id} ran on the cluster at {tags[TAG.DASHBOARD]}; resume it with"
@@ -405,12 +428,17 @@ class JobManager:
         return info
 
     def _reconcile(self, run, ray_status: str | None, message: str):
-        """Close a run whose driver is gone with the status matching its Ray job."""
+        """Close a run whose driver is gone with the status matching its Ray job (a
+        sweep's: and its trials' runs still open)."""
         run_id = run.info.run_id
         status, tags = submission.reconcile_tags(ray_status, message, run.data.tags)
-        self.mlflow_client.log_batch(run_id, tags=_tags(tags))
-        with contextlib.redirect_stdout(io.StringIO()):  # MLflow prints the run URL
-            self.mlflow_client.set_terminated(run_id, status=status)
+        open_runs = [run_id]
+        if TAG.SWEEP in run.data.tags:
+            open_runs += runreads.open_children(self.mlflow_client, run)
+        for open_id in open_runs:
+            self.mlflow_client.log_batch(open_id, tags=_tags(tags))
+            with contextlib.redirect_stdout(io.StringIO()):  # MLflow prints the run URL
+                self.mlflow_client.set_terminated(open_id, status=status)
         return self.mlflow_client.get_run(run_id)
 
     def list(self, all_users: bool = False, limit: int = 50) -> list[JobInfo]:

@@ -43,6 +43,7 @@ from .commands import (
     split_inputs,
     still_running_text,
     stop_text,
+    sweep_from_args,
 )
 from .datasets import check_datasets
 from .jobs import JobNotFound
@@ -358,6 +359,18 @@ class TrainMagics(Magics, Configurable):
             print(f"--- {job_id}: {state} ---")
         except KeyboardInterrupt:  # the notebook's stop button: stop following, quietly
             print(f"--- stopped following {job_id} (the job goes on) ---")
+
+    def _cmd_sweep(self, ns):
+        fn = self._function(ns.target, "training function")
+        config = config_from_args(ns.config, self.shell.user_ns)
+        name = getattr(fn, "__name__", ns.target)
+        spec = spec_from_args(ns, name, config, self._source(), self._defaults())
+        job = sweep_from_args(ns, self._manager(ns), fn, spec)
+        self._last_job = job.id
+        self._show(job)
+        if ns.wait:
+            job.wait()
+        return job
 
     def _cmd_resume(self, ns):
         job = self._manager(ns).resume(self._job_id(ns), max_failures=ns.max_failures)

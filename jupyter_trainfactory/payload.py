@@ -19,6 +19,7 @@ from .spec import JobSpec, SpecError
 __all__ = [
     "CONFIG_FILE",
     "DATASETS_FILE",
+    "DRIVER_MODULE",
     "FUNCTION_FILE",
     "MODEL_FN_FILE",
     "PAYLOAD_ARTIFACTS",
@@ -38,6 +39,9 @@ __all__ = [
 FUNCTION_FILE = "function.pkl"
 #: The payload file of the function that rebuilds a model from a checkpoint directory.
 MODEL_FN_FILE = "model_fn.pkl"
+#: The job's entrypoint module (``python -m DRIVER_MODULE PAYLOAD``) unless ``job.json``
+#: names another (``"driver"``: a sweep's ``ray_backend.sweep_driver``).
+DRIVER_MODULE = "ray_backend.driver"
 CONFIG_FILE = "config.pkl"  # the config as given (job.json holds tracking.json_safe's copy)
 #: The payload file of the job's Ray Data datasets (name -> Dataset or function).
 DATASETS_FILE = "datasets.pkl"
@@ -65,6 +69,7 @@ def write_payload(
     model_fn: Callable | None = None,
     config: Any = None,
     datasets: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write the job's payload as an importable package shipped with runtime_env py_modules;
     returns its directory.
@@ -72,7 +77,8 @@ def write_payload(
     The function (and ``model_fn``, kept for ``register``), the config (``config.pkl``:
     the job gets it exactly as given, tensors, tuple keys and all) and the datasets
     (``datasets.pkl``: lazy Datasets and functions the driver calls) are pickled first, so
-    an unshippable one fails before a run exists; ``job.json`` is added once the run id
+    an unshippable one fails before a run exists; ``extra`` (file name -> object) adds
+    other pickles (a sweep's search space); ``job.json`` is added once the run id
     is known. Raises SpecError (nothing is left behind) when one cannot be pickled.
     """
     import cloudpickle
@@ -81,7 +87,7 @@ def write_payload(
     path.mkdir(parents=True, exist_ok=True)
     (path / "__init__.py").write_text(f'"""Payload of trainfactory job {job_id}."""\n')
     items = ((FUNCTION_FILE, fn), (MODEL_FN_FILE, model_fn), (CONFIG_FILE, config))
-    for name, item in (*items, (DATASETS_FILE, datasets or None)):
+    for name, item in (*items, (DATASETS_FILE, datasets or None), *(extra or {}).items()):
         if item is None:
             continue
         if name in (FUNCTION_FILE, MODEL_FN_FILE):
@@ -96,6 +102,8 @@ def write_payload(
             shutil.rmtree(path.parent, ignore_errors=True)
             what = {MODEL_FN_FILE: "model_fn", CONFIG_FILE: "The config"}.get(name, "The function")
             what = "The datasets" if name == DATASETS_FILE else what
+            if name in (extra or {}):  # search_space.pkl: "The search space"
+                what = "The " + name.removesuffix(".pkl").replace("_", " ")
             raise SpecError(
                 f"{what} cannot be shipped to the cluster (cloudpickle: {exc})."
             ) from exc

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from .tracking import TAG
 
 __all__ = [
+    "open_children",
+    "sweep_children",
     "SUBMISSION_SERIES",
     "MetricPoint",
     "current_metrics",
@@ -89,6 +91,22 @@ def metric_history(
         stride = len(points) / max_points
         points = [points[int(i * stride)] for i in range(max_points - 1)] + [points[-1]]
     return points
+
+
+def sweep_children(mlflow_client, parent, max_results: int = 1000) -> list:
+    """The child runs of sweep run ``parent`` (one per trial), in its experiment."""
+    return mlflow_client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        max_results=max_results,
+    )
+
+
+def open_children(mlflow_client, parent) -> list[str]:
+    """The ids of sweep run ``parent``'s child runs still RUNNING."""
+    return [
+        c.info.run_id for c in sweep_children(mlflow_client, parent) if c.info.status == "RUNNING"
+    ]
 
 
 def _all_experiment_ids(mlflow_client) -> list[str]:

@@ -18,6 +18,7 @@ from .tracking import TAG
 
 __all__ = [
     "MAX_DIFF_CHARS",
+    "JobKind",
     "chaos_request",
     "diff_text",
     "job_meta",
@@ -29,6 +30,22 @@ __all__ = [
 ]
 
 MAX_DIFF_CHARS = 5_000_000
+
+
+@dataclasses.dataclass
+class JobKind:
+    """What a job other than a plain training job adds at submission (a sweep's:
+    :func:`.sweeps.submit.sweep_kind`): its ``driver`` module (``python -m DRIVER``),
+    ``job.json`` entries (``meta``), pickled ``files`` (name -> object), run ``tags`` and
+    ``params``, and a ``check`` of where the cluster can place it (called with the
+    job's :class:`~.cluster.Placement` before anything is written; raises SpecError)."""
+
+    driver: str
+    meta: dict[str, Any]
+    files: dict[str, Any]
+    tags: dict[str, str]
+    params: dict[str, str]
+    check: Any = lambda placement: None
 
 
 def new_job_id() -> str:

@@ -150,6 +150,14 @@ class TAG:
     CODE_NOTEBOOK_SHA256 = "trainfactory.code.notebook_sha256"
     CODE_FUNCTION_SHA256 = "trainfactory.code.function_sha256"
     CODE_GIT_DIRTY = "trainfactory.code.git_dirty"
+    # a sweep (jupyter_trainfactory.sweeps): the parent run's settings (JSON) and counts;
+    # on each trial's child run, the sweep's job id, the Tune trial id and its index
+    SWEEP = "trainfactory.sweep.settings"
+    SWEEP_JOB = "trainfactory.sweep.job_id"
+    TRIAL = "trainfactory.sweep.trial_id"
+    TRIAL_INDEX = "trainfactory.sweep.trial_index"
+    SWEEP_BEST = "trainfactory.sweep.best"  # JSON: trial index, run id, value, iteration
+    EARLY_STOP = "trainfactory.sweep.early_stop"  # JSON: the iteration and ASHA rung
 
 
 def client(tracking_uri: str):

@@ -258,9 +258,10 @@ def _checkpoint_config(config_class, spec):
     return config_class(num_to_keep=spec.keep_checkpoints)
 
 
-def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
+def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any, callbacks: tuple = ()):
     """The ``TorchTrainer`` for this job: resources, backend and placement from the
-    accelerator table (``jupyter_trainfactory.accelerators``) and the spec, and the
+    accelerator table (``jupyter_trainfactory.accelerators``) and the spec, ``callbacks``
+    after the recorder's (a sweep trial's ``TuneReportCallback``), and the
     job's Ray Data datasets, built here (``ingest.build_datasets``: the lineage of those
     a function built goes to the recorder). Raises RuntimeError when a dataset fails."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -298,7 +299,7 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any):
                 max_preemption_failures=spec.max_preemptions,
             ),
             checkpoint_config=_checkpoint_config(CheckpointConfig, spec),
-            callbacks=[RecorderCallback(recorder)],
+            callbacks=[RecorderCallback(recorder), *callbacks],
         ),
     )
 
@@ -336,9 +337,14 @@ def _run_fit(trainer, box: dict[str, Any], done: threading.Event) -> None:
 
 
 def _wait_for_fit(
-    recorder, done: threading.Event, samplers: NodeSamplers | None = None, poll_s: float = 1.0
+    recorder,
+    done: threading.Event,
+    samplers: NodeSamplers | None = None,
+    poll_s: float = 1.0,
+    tick=None,
 ) -> None:
     """Wait for ``fit()`` (run in a thread); raise ``_GracefulStop`` when a stop is due.
+    ``tick()`` (a sweep trial's: its reports to Tune) runs every ``poll_s`` s.
 
     The main thread stays in Python, so Ray's own job stop (SIGTERM) still reaches the
     ``_Stopped`` handler at once.
@@ -346,6 +352,8 @@ def _wait_for_fit(
     import ray
 
     while not done.wait(poll_s):
+        if tick is not None:
+            tick()
         if samplers is not None:
             try:
                 samplers.poll()

@@ -329,3 +329,22 @@ def epoch_loop(config):
                     json.dump({"epoch": epoch}, f)
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report({"epoch": float(epoch)}, checkpoint=ckpt)
+
+
+def sweep_loop(config):
+    """A sweep's trial: ``val_loss = 10 * lr + 1 / (step + 1)`` at each of ``steps``
+    reports (so a larger ``lr`` is worse at every rung), each with a small checkpoint
+    when ``config["checkpoint"]``."""
+    import os
+    import tempfile
+
+    for step in range(config.get("steps", 6)):
+        time.sleep(config.get("sleep", 0.3))
+        metrics = {"val_loss": 10 * config["lr"] + 1.0 / (step + 1), "step": step}
+        if not config.get("checkpoint"):
+            ray.train.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.txt"), "w") as f:
+                f.write(str(step))
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))

@@ -1,0 +1,79 @@
+"""SweepBoard: the live leaderboard of a sweep (ipywidgets, and a bokeh plot through
+jupyter_bokeh: BokehJS comes from the lab extension, as for the job dashboard).
+
+One background poller reads the sweep from MLflow (:func:`.leaderboard.read_sweep`) every
+``interval_s`` and owns every widget write: the header line, the table of trials (best
+first, highlighted) and a plot of the metric per trial over steps, each trial a line that
+only gets its new points. It stops once the sweep ended and the last read is shown.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as widgets
+
+from ..dashboard.plots import PlotGrid
+from .leaderboard import SweepView, leaderboard_html, read_sweep
+
+__all__ = ["SweepBoard"]
+
+_ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+_PLOT = "metric"
+
+
+class SweepBoard(widgets.VBox):
+    """Live view of the sweep whose parent run is ``run_id`` (``mlflow_client`` reads
+    it); ``start=False`` leaves polling to :meth:`poll_once` (tests)."""
+
+    def __init__(self, mlflow_client, run_id: str, interval_s: float = 2.0, start: bool = True):
+        self._client = mlflow_client
+        self.run_id = run_id
+        self.interval_s = interval_s
+        self.table = widgets.HTML()
+        self.plots = PlotGrid(max_points=2000, min_width_px=420)
+        self._steps: dict[int, int] = {}  # trial index -> last step plotted
+        self._stop = threading.Event()
+        self.view: SweepView | None = None
+        super().__init__([self.table, self.plots.box])
+        self.add_class("tf-sweep")
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Start the poller (again, once it stopped: a resumed sweep shows here)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+
+    def poll_once(self) -> SweepView:
+        """Read the sweep and show it; returns what it read."""
+        view = read_sweep(self._client, self.run_id)
+        self.table.value = leaderboard_html(view)
+        for row in sorted(view.rows, key=lambda r: r.index):
+            last = self._steps.get(row.index, -1)
+            new = [(s, v) for s, v in row.history if s > last]
+            if new:
+                self._steps[row.index] = new[-1][0]
+                title = f"{view.metric} per trial"
+                self.plots.line(_PLOT, new, title, "step", view.metric, line=f"trial {row.index}")
+        self.view = view
+        return view
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                view = self.poll_once()
+            except Exception as exc:  # the tracking server away: say it, keep polling
+                self.table.value = f"<div class='tf-sweep-header'>sweep: cannot read ({exc})</div>"
+            else:
+                if view.state in _ENDED:
+                    return
+            self._stop.wait(self.interval_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.plots.close()
+        super().close()

@@ -1,0 +1,417 @@
+"""A sweep's MLflow record, kept by its driver: the parent run (state, best value so far,
+trial counts, total cost) and one child run per trial (``mlflow.parentRunId``), each
+written by the trial's own RunRecorder.
+
+The Tune callback (:meth:`SweepRecord.callback`) opens a trial's child run and starts its
+recorder when Tune starts the trial, and closes it when Tune ends it: ``FINISHED`` when
+the trial's function returned, ``KILLED`` with reason ``early-stop`` (and the ASHA rung)
+when the scheduler stopped it, ``FAILED`` with the error otherwise. A child run is found
+again by its trial id before one is created, so a trial is one run however often the
+driver restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+__all__ = [
+    "ASHA_MAX_T",
+    "RecordingASHA",
+    "SweepCallback",
+    "SweepRecord",
+    "SweepStopper",
+    "asha_rung",
+    "trial_index",
+    "trial_key",
+]
+
+#: ASHA's ``max_t`` in reports: high enough never to end a trial itself (a trial that
+#: reports more often than this would be stopped there, and recorded as early-stopped).
+ASHA_MAX_T = 2**20
+
+_log = logging.getLogger("trainfactory")
+
+
+def trial_key(job_id: str, index: int) -> str:
+    """A trial's name for its RunRecorder and checkpoints: ``tf-1a2b3c4d-t3``."""
+    return f"{job_id}-t{index}"
+
+
+def trial_index(trial_id: str) -> int:
+    """Tune's trial id ``3f0a1_00003`` -> 3 (its position in the search)."""
+    return int(trial_id.rsplit("_", 1)[-1])
+
+
+def asha_rung(iteration: int, grace_period: int, reduction_factor: int) -> int:
+    """The ASHA milestone (in reports) at which a trial stopped at ``iteration`` was cut:
+    the largest ``grace_period * reduction_factor**k`` not above it (Li et al. 2018,
+    Algorithm 2: rung k's milestone is r * eta**k); 0 before the first."""
+    rung, milestone = 0, grace_period
+    while milestone <= iteration:
+        rung, milestone = milestone, milestone * reduction_factor
+    return rung
+
+
+class SweepRecord:
+    """The parent run of one sweep and its trials' child runs (one per Tune trial)."""
+
+    def __init__(self, ray, meta: dict[str, Any]):
+        from jupyter_trainfactory.sweeps.space import SweepSettings
+        from jupyter_trainfactory.tracking import client
+
+        self._ray = ray
+        self._meta = meta
+        self.settings = SweepSettings.from_dict(meta["sweep"])
+        self.client = client(meta["tracking_uri"])
+        self.parent = meta["run_id"]
+        run = self.client.get_run(self.parent)
+        self._experiment_id = run.info.experiment_id
+        self._parent_name = run.info.run_name
+        self._parent_tags = run.data.tags
+        self.children: dict[str, str] = {}  # Tune trial id -> child run id
+        self._recorders: dict[str, Any] = {}  # Tune trial id -> its RunRecorder (open)
+        self.counts = {"finished": 0, "stopped_early": 0, "failed": 0}
+        self.costs: dict[str, float] = {}
+        self.best: tuple[float, str] | None = None  # (value, trial id)
+        self.error = ""
+        self.early_stopped: dict[str, int] = {}  # trial id -> report ASHA stopped it at
+        self.stop_request: tuple[str, float] | None = None  # (reason, grace s) once asked
+        self._results = 0
+        self._lock = threading.Lock()
+
+    # -- the parent ------------------------------------------------------------------
+    def start(self) -> None:
+        from jupyter_trainfactory.tracking import TAG
+
+        s = self.settings
+        self.client.set_tag(self.parent, TAG.STATE, "RUNNING")
+        self.client.set_tag(
+            self.parent,
+            TAG.REASON,
+            f"searching: {s.total_trials} trials, {s.concurrent} at a time, {s.metric} {s.mode}",
+        )
+        self.client.set_tag(self.parent, TAG.STARTED, f"{time.time():.3f}")
+
+    def _log_parent(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, step) for k, v in values.items()]
+        self.client.log_batch(self.parent, metrics=metrics)
+
+    def _log_counts(self) -> None:
+        running = len(self._recorders)
+        values = {f"sweep/trials_{k}": v for k, v in self.counts.items()}
+        values["sweep/trials_running"] = running
+        values["cost/usd"] = sum(self.costs.values())
+        self._log_parent(values, sum(self.counts.values()))
+
+    def finish(self, status: str, state: str, error: str = "", timeout_s: float = 60.0) -> None:
+        """Close the trials still open (``KILLED``: the sweep ended under them; their
+        recorders flush side by side for ``timeout_s`` s at most: Ray kills a stopped
+        job's driver soon after), then the parent run with ``status`` (MLflow) and
+        ``state`` (the job's)."""
+        from jupyter_trainfactory.tracking import TAG
+
+        with self._lock:
+            left, self._recorders = self._recorders, {}
+        refs = [
+            r.finish.remote("KILLED", "STOPPED", reason=None, timeout_s=timeout_s)
+            for r in left.values()
+        ]
+        if refs:
+            self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        self._log_counts()
+        tags = {TAG.STATE: state, TAG.REASON: "" if state == "SUCCEEDED" else state.lower()}
+        if error:
+            tags[TAG.ERROR] = error[:4000]
+        for key, value in tags.items():
+            self.client.set_tag(self.parent, key, value)
+        self.client.set_terminated(self.parent, status)
+        print(
+            f"trainfactory: sweep {state.lower()}: {self.counts['finished']} trials finished,"
+            f" {self.counts['stopped_early']} stopped early, {self.counts['failed']} failed",
+            flush=True,
+        )
+
+    def poll_stop(self) -> bool:
+        """Read the parent run's stop request (``%train stop SWEEP``); once there is one,
+        pass it to every running trial's recorder (each stops after its next checkpoint,
+        or its grace period) and start no more trials (:class:`SweepStopper`). Returns
+        whether the sweep is stopping."""
+        from jupyter_trainfactory.tracking import TAG
+
+        if self.stop_request is None:
+            tags = self.client.get_run(self.parent).data.tags
+            if not tags.get(TAG.STOP):
+                return False
+            grace = float(tags.get(TAG.STOP_GRACE) or 300.0)
+            self.stop_request = (tags[TAG.STOP], grace)
+            print(f"trainfactory: sweep stop requested ({tags[TAG.STOP]})", flush=True)
+        reason, grace = self.stop_request
+        with self._lock:
+            recorders = list(self._recorders.values())
+        for recorder in recorders:  # again for trials started since: asking twice is a no-op
+            recorder.request_stop.remote(reason, grace)
+        return True
+
+    # -- the trials ------------------------------------------------------------------
+    def _trial_meta(self, key: str, run_id: str, config: dict) -> dict[str, Any]:
+        return {**self._meta, "job_id": key, "run_id": run_id, "config": config}
+
+    def _find_child(self, trial_id: str) -> str | None:
+        from jupyter_trainfactory.tracking import TAG
+
+        runs = self.client.search_runs(
+            [self._experiment_id],
+            filter_string=(
+                f"tags.`{TAG.SWEEP_JOB}` = '{self._meta['job_id']}'"
+                f" and tags.`{TAG.TRIAL}` = '{trial_id}'"
+            ),
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def _child_tags(self, trial_id: str, index: int) -> dict[str, str]:
+        from jupyter_trainfactory.jobstate import JobState
+        from jupyter_trainfactory.tracking import TAG
+
+        keep = (TAG.OWNER, TAG.FUNCTION, TAG.WORKERS, TAG.SUBMISSION, TAG.DASHBOARD, TAG.SOURCE)
+        tags = {k: v for k, v in self._parent_tags.items() if k in keep}
+        tags.update(
+            {k: v for k, v in self._parent_tags.items() if k.startswith("trainfactory.code.")}
+        )
+        tags.update(
+            {
+                "mlflow.parentRunId": self.parent,
+                "mlflow.user": self._parent_tags.get("mlflow.user", ""),
+                TAG.SWEEP_JOB: self._meta["job_id"],
+                TAG.TRIAL: trial_id,
+                TAG.TRIAL_INDEX: str(index),
+                TAG.STATE: JobState.PENDING.value,
+                TAG.REASON: "starting the trial",
+            }
+        )
+        return tags
+
+    def open_trial(self, trial) -> None:
+        """The trial's child run (found again, or created with the trial's params) and its
+        RunRecorder, named by :func:`trial_key` for the trial's function to find."""
+        from jupyter_trainfactory.tracking import log_params, prepare_params
+        from ray_backend.driver import _start_recorder, job_spec
+
+        trial_id = trial.trial_id
+        if trial_id in self._recorders:
+            return
+        index = trial_index(trial_id)
+        key = trial_key(self._meta["job_id"], index)
+        config = dict(trial.config)
+        run_id = self._find_child(trial_id)
+        fresh = run_id is None
+        if fresh:
+            run = self.client.create_run(
+                self._experiment_id,
+                run_name=f"{self._parent_name}-trial-{index}",
+                tags=self._child_tags(trial_id, index),
+            )
+            run_id = run.info.run_id
+        meta = self._trial_meta(key, run_id, config)
+        spec = job_spec(meta)
+        if fresh:
+            log_params(self.client, run_id, prepare_params(spec.params()).params)
+        self.children[trial_id] = run_id
+        self._recorders[trial_id] = _start_recorder(self._ray, meta, spec)
+        self._log_counts()
+
+    def result(self, trial, result: dict[str, Any]) -> None:
+        """A trial's report: the best value so far on the parent; a report without the
+        sweep's metric ends the search with one sentence (:attr:`error`)."""
+        from jupyter_trainfactory.tracking import TAG
+
+        metric, mode = self.settings.metric, self.settings.mode
+        if metric not in result:
+            reported = sorted(
+                k for k in result if not k.startswith(("time_", "config", "trial_", "date"))
+            )
+            self.error = (
+                f"The function's reports have no {metric!r}; --metric must be one of the"
+                f" keys it reports ({', '.join(reported[:12])})."
+            )
+            return
+        value = float(result[metric])
+        self._results += 1
+        better = self.best is None or (
+            value < self.best[0] if mode == "min" else value > self.best[0]
+        )
+        if better:
+            self.best = (value, trial.trial_id)
+            self._log_parent({"sweep/best": value}, self._results)
+            best = {
+                "trial": trial_index(trial.trial_id),
+                "run_id": self.children.get(trial.trial_id, ""),
+                "value": value,
+                "iteration": result.get("training_iteration"),
+            }
+            self.client.set_tag(self.parent, TAG.SWEEP_BEST, json.dumps(best))
+
+    def complete(self, trial) -> None:
+        """Tune ended the trial without an error: its function returned (``done``), or
+        the scheduler stopped it early."""
+        from jupyter_trainfactory.tracking import TAG
+
+        last = trial.last_result or {}
+        if self.error:  # the search ended on a bad report: the trial did not finish
+            self._close(trial.trial_id, "FAILED", "FAILED", reason="", error=self.error)
+            return
+        recorder = self._recorders.get(trial.trial_id)
+        stopped = recorder is not None and self._ray.get(recorder.stop_status.remote(), timeout=30)
+        if stopped:  # the trial obeyed the sweep's stop request (or its own budget)
+            self._close(trial.trial_id, "KILLED", "STOPPED", reason=None, error="")
+            return
+        if trial.trial_id not in self.early_stopped:
+            self._close(trial.trial_id, "FINISHED", "SUCCEEDED", reason="", error="")
+            return
+        s = self.settings
+        iteration = self.early_stopped[trial.trial_id]
+        rung = asha_rung(iteration, s.grace_period, s.reduction_factor)
+        run_id = self.children.get(trial.trial_id)
+        if run_id:
+            detail = {"iteration": iteration, "rung": rung, s.metric: last.get(s.metric)}
+            self.client.set_tag(run_id, TAG.EARLY_STOP, json.dumps(detail))
+        self._close(trial.trial_id, "KILLED", "STOPPED", reason="early-stop", error="")
+
+    def failed(self, trial) -> None:
+        error = ""
+        try:
+            exc = trial.get_pickled_error()
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0] if exc else ""
+        except Exception:  # the error file may be gone: the recorder has the failure
+            pass
+        self._close(trial.trial_id, "FAILED", "FAILED", reason="", error=error or "trial failed")
+
+    def _close(
+        self, trial_id: str, status: str, state: str, reason: str | None, error: str
+    ) -> None:
+        recorder = self._recorders.pop(trial_id, None)
+        if recorder is None:
+            return
+        key = {"FINISHED": "finished", "FAILED": "failed"}.get(status, "stopped_early")
+        if reason == "early-stop" or status != "KILLED":
+            self.counts[key] += 1
+        elif reason is None:
+            self.counts["stopped"] = self.counts.get("stopped", 0) + 1
+        try:
+            self._ray.get(
+                recorder.finish.remote(status, state, error=error, reason=reason), timeout=330
+            )
+        except Exception as exc:  # the run stays as the recorder left it
+            _log.warning("trial %s: closing its run failed: %s", trial_id, exc)
+        finally:
+            self._ray.kill(recorder)
+        run_id = self.children.get(trial_id)
+        if run_id:
+            cost = self.client.get_run(run_id).data.metrics.get("cost/usd")
+            if cost is not None:
+                self.costs[trial_id] = cost
+        self._log_counts()
+
+    # -- Tune's hooks ----------------------------------------------------------------
+    def callback(self):
+        """A ``ray.tune.Callback`` that calls this record (errors logged, never raised:
+        bookkeeping must not end the search). Tune pickles its run config, so the
+        callback holds the record's key in :data:`_RECORDS`, not the record."""
+        _RECORDS[self._meta["job_id"]] = self
+        return SweepCallback(self._meta["job_id"])
+
+    def scheduler(self):
+        """The sweep's Tune scheduler: :class:`RecordingASHA` on ``training_iteration``
+        (one per ``ray.train.report``), or FIFO."""
+        from ray.tune.schedulers import FIFOScheduler
+
+        s = self.settings
+        if s.scheduler == "fifo":
+            return FIFOScheduler()
+        _RECORDS[self._meta["job_id"]] = self
+        return RecordingASHA(
+            self._meta["job_id"],
+            time_attr="training_iteration",
+            max_t=ASHA_MAX_T,
+            grace_period=s.grace_period,
+            reduction_factor=s.reduction_factor,
+        )
+
+    def stopper(self):
+        """A ``ray.tune.Stopper`` that ends the whole search once :attr:`error` is set."""
+        _RECORDS[self._meta["job_id"]] = self
+        return SweepStopper(self._meta["job_id"])
+
+
+#: The driver's SweepRecord by sweep job id (the Tune callback's way back to it).
+_RECORDS: dict[str, SweepRecord] = {}
+
+
+def _guarded(key: str, name: str, *args) -> None:
+    record = _RECORDS.get(key)
+    if record is None:
+        return
+    with record._lock:
+        try:
+            getattr(record, name)(*args)
+        except Exception:
+            _log.exception("sweep record: %s", name)
+
+
+class SweepCallback(tune.Callback):
+    """Tune's hooks, handed to the sweep's SweepRecord (found by key in :data:`_RECORDS`)."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        _guarded(self.key, "open_trial", trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        _guarded(self.key, "result", trial, result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        _guarded(self.key, "complete", trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        _guarded(self.key, "failed", trial)
+
+
+class RecordingASHA(ASHAScheduler):
+    """Ray Tune's ASHA that tells the sweep's record which trials it stopped and at which
+    report (Tune marks a stopped trial's last result ``done`` as a finished one's)."""
+
+    def __init__(self, key: str, **kwargs):
+        super().__init__(**kwargs)
+        self.key = key
+
+    def on_trial_result(self, tune_controller, trial, result):
+        decision = super().on_trial_result(tune_controller, trial, result)
+        record = _RECORDS.get(self.key)
+        if decision == self.STOP and record is not None:
+            record.early_stopped[trial.trial_id] = int(result.get("training_iteration") or 0)
+        return decision
+
+
+class SweepStopper(tune.Stopper):
+    """Ends the whole search once the sweep's record has an :attr:`SweepRecord.error`."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        record = _RECORDS.get(self.key)
+        return bool(record is not None and (record.error or record.stop_request))

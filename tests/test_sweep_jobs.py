@@ -1,0 +1,137 @@
+"""Real sweeps on the embedded cluster (Ray Tune + Ray Train V2, 1 CPU worker per trial,
+2 trials at a time): the MLflow record (one parent, one child per trial, each step once),
+ASHA's early stops, a stop of the whole sweep, and the input refused before anything is
+submitted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ipython_shell
+from IPython.core.error import UsageError
+from train_fns import sweep_loop
+
+from jupyter_trainfactory.runreads import sweep_children
+from jupyter_trainfactory.sweeps.widget import SweepBoard
+from jupyter_trainfactory.tracking import TAG
+
+pytestmark = pytest.mark.job
+
+
+@pytest.fixture(scope="module")
+def shell(manager):
+    ip = ipython_shell()
+    ip.run_line_magic("load_ext", "jupyter_trainfactory")
+    ip.user_ns["sweep_loop"] = sweep_loop
+    return ip
+
+
+def _children(client, job):
+    return sweep_children(client, client.get_run(job.run_id))
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("--param lr=exp(1) --metric val_loss", "exp() is not one of"),
+        ("--param lr=grid(0.1,0.2)", "needs --metric"),
+        ("--metric val_loss", "at least one --param"),
+        ("--param lr=grid(0.1,0.2) --metric val_loss --workers 9", "but 9 were asked for"),
+        ("--param lr=grid(0.1) --metric val_loss --budget 1", "--budget is not supported"),
+        ("--param lr=grid(0.1) --metric val_loss --scheduler pbt", "--scheduler 'pbt'"),
+    ],
+)
+def test_bad_sweeps_get_one_sentence_and_submit_nothing(shell, manager, line, says):
+    before = len(manager.list(all_users=True))
+    with pytest.raises(UsageError) as err:
+        shell.run_line_magic("train", f"sweep sweep_loop {line}")
+    assert says in str(err.value), str(err.value)
+    assert "\n" not in str(err.value).strip()
+    assert len(manager.list(all_users=True)) == before
+
+
+@pytest.mark.timeout(420)
+def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, mlflow_client):
+    job = shell.run_line_magic(
+        "train",
+        "sweep sweep_loop --param lr=grid(0.01,0.01,1.0,1.0) --trials 1 --concurrent 2"
+        " --metric val_loss --workers 1 --wait",
+    )
+    assert job.status() == "SUCCEEDED", job.logs(tail=60)
+    parent = mlflow_client.get_run(job.run_id)
+    children = _children(mlflow_client, job)
+    assert len(children) == 4  # 1 + 4 runs: the grid's four values, one sample each
+    assert all(c.data.tags["mlflow.parentRunId"] == job.run_id for c in children)
+    by_lr = sorted(children, key=lambda c: (float(c.data.params["config.lr"]), c.info.run_id))
+    good, bad = by_lr[:2], by_lr[2:]
+    for child in good:  # ran to the end: every report once
+        assert child.info.status == "FINISHED"
+        steps = [m.step for m in mlflow_client.get_metric_history(child.info.run_id, "val_loss")]
+        assert sorted(steps) == list(range(6)), steps
+    for child in bad:  # worse at the first rung than the good trials: stopped there
+        assert child.info.status == "KILLED", child.data.tags
+        assert child.data.tags[TAG.REASON] == "early-stop"
+        stop = json.loads(child.data.tags[TAG.EARLY_STOP])
+        assert stop["rung"] == 1 and stop["iteration"] >= 1
+        steps = [m.step for m in mlflow_client.get_metric_history(child.info.run_id, "val_loss")]
+        assert len(steps) == len(set(steps)) and len(steps) < 6
+    metrics = parent.data.metrics
+    assert metrics["sweep/trials_finished"] == 2 and metrics["sweep/trials_stopped_early"] == 2
+    assert metrics["sweep/best"] == pytest.approx(0.1 + 1 / 6)
+    assert metrics["cost/usd"] > 0
+    best = json.loads(parent.data.tags[TAG.SWEEP_BEST])
+    assert best["run_id"] in {c.info.run_id for c in good}
+    assert parent.data.params["sweep.space.lr"] == "grid([0.01, 0.01, 1.0, 1.0])"
+    board = SweepBoard(mlflow_client, job.run_id, start=False)
+    view = board.poll_once()
+    assert [r.best is not None for r in view.rows] == [True] * 4
+    assert view.rows[0].run_id in {c.info.run_id for c in good}
+    assert (view.done, view.stopped_early, view.pending) == (4, 2, 0)
+    assert board.table.value.count("class='tf-trial'") == 4
+    assert set(board.plots.sources["metric"]) == {f"trial {i}" for i in range(4)}
+    with pytest.raises(UsageError, match="resuming a sweep is not supported yet"):
+        shell.run_line_magic("train", f"resume {job.id}")
+
+
+@pytest.mark.timeout(300)
+def test_a_metric_the_function_never_reports_fails_the_sweep_in_one_sentence(shell, mlflow_client):
+    job = shell.run_line_magic(
+        "train",
+        "sweep sweep_loop --param lr=grid(0.01) --metric accuracy --workers 1 --wait",
+    )
+    assert job.status() == "FAILED"
+    error = job.info().error
+    assert "no 'accuracy'" in error and "val_loss" in error, error
+    (child,) = _children(mlflow_client, job)
+    assert child.info.status == "FAILED"
+
+
+@pytest.mark.timeout(420)
+def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(shell, mlflow_client):
+    import time
+
+    job = shell.run_line_magic(
+        "train",
+        "sweep sweep_loop --param lr=grid(0.01,0.02,0.03) --concurrent 2 --metric val_loss"
+        " --workers 1 --scheduler fifo --config {'steps':200,'sleep':0.3,'checkpoint':True}",
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # both first trials have reported
+        children = _children(mlflow_client, job)
+        if len(children) == 2 and all("val_loss" in c.data.metrics for c in children):
+            break
+        time.sleep(2)
+    else:
+        pytest.fail(f"the trials did not report: {job.logs(tail=40)}")
+    shell.run_line_magic("train", f"stop {job.id}")
+    assert job.wait(timeout=180) == "STOPPED", job.logs(tail=60)
+    children = _children(mlflow_client, job)
+    assert len(children) == 2  # the third trial never started
+    for child in children:
+        assert child.info.status == "KILLED", child.data.tags
+        assert child.data.tags[TAG.STATE] == "STOPPED"
+        assert child.data.tags[TAG.REASON] == "user"
+        assert child.data.tags.get(TAG.CKPT_STEP), child.data.tags  # stopped at a checkpoint
+    parent = mlflow_client.get_run(job.run_id)
+    assert parent.info.status == "KILLED" and parent.data.tags[TAG.STATE] == "STOPPED"

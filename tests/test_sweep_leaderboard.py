@@ -1,0 +1,96 @@
+"""The sweep leaderboard's model: rows, order, best, counts (MLflow entities, no server)."""
+
+from __future__ import annotations
+
+import json
+
+from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
+
+from jupyter_trainfactory.sweeps.leaderboard import leaderboard_html, sweep_view
+from jupyter_trainfactory.tracking import TAG
+
+
+def _run(
+    run_id: str,
+    tags: dict,
+    params: dict | None = None,
+    metrics: dict | None = None,
+    start_ms: int = 1_000_000,
+    end_ms: int | None = None,
+) -> Run:
+    info = RunInfo(
+        run_id=run_id,
+        experiment_id="1",
+        user_id="u",
+        status="RUNNING",
+        start_time=start_ms,
+        end_time=end_ms,
+        lifecycle_stage="active",
+        run_name=run_id,
+    )
+    data = RunData(
+        metrics=[Metric(k, v, 0, 0) for k, v in (metrics or {}).items()],
+        params=[Param(k, str(v)) for k, v in (params or {}).items()],
+        tags=[RunTag(k, v) for k, v in tags.items()],
+    )
+    return Run(info, data)
+
+
+def _history(*values):
+    return [Metric("val_loss", v, 0, step) for step, v in enumerate(values)]
+
+
+def _sweep(mode="min", state="RUNNING", trials=4):
+    settings = {
+        "metric": "val_loss",
+        "mode": mode,
+        "trials": trials,
+        "space_text": {"lr": "loguniform(0.0001, 0.1)"},
+    }
+    tags = {TAG.SWEEP: json.dumps(settings), TAG.STATE: state, TAG.STARTED: "1000.0"}
+    parent = _run("parent", tags)
+    children, histories = [], {}
+    cases = [  # index, state, reason, history
+        (0, "STOPPED", "early-stop", (0.9, 0.8)),
+        (1, "SUCCEEDED", "", (0.7, 0.4, 0.3)),
+        (2, "RUNNING", "", (0.6, 0.5)),
+    ]
+    for index, st, reason, values in cases:
+        run_id = f"c{index}"
+        tags = {TAG.TRIAL_INDEX: str(index), TAG.STATE: st, TAG.REASON: reason}
+        children.append(_run(run_id, tags, {"config.lr": 0.01 * (index + 1)}, {"cost/usd": 0.5}))
+        histories[run_id] = _history(*values)
+    return parent, children, histories
+
+
+def test_rows_sorted_by_best_with_counts_and_eta():
+    parent, children, histories = _sweep()
+    view = sweep_view(parent, children, histories, now=1100.0)
+    assert [r.index for r in view.rows] == [1, 2, 0]
+    best = view.best
+    assert best.index == 1 and best.best == 0.3 and best.latest == 0.3 and best.step == 2
+    assert view.rows[2].reason == "early-stop" and view.rows[2].best == 0.8
+    assert (view.done, view.running, view.pending, view.stopped_early) == (2, 1, 1, 1)
+    assert view.cost == 1.5
+    assert view.rows[0].params == {"lr": "0.02"}
+    assert view.eta_s == 100.0 / 2 * 2  # 100 s for 2 ended trials, 2 left
+
+
+def test_max_mode_puts_the_highest_first_and_trials_without_points_last():
+    parent, children, histories = _sweep(mode="max")
+    children.append(_run("c3", {TAG.TRIAL_INDEX: "3", TAG.STATE: "PENDING"}))
+    view = sweep_view(parent, children, histories, now=1100.0)
+    assert [r.index for r in view.rows] == [0, 1, 2, 3]  # best of each: 0.9, 0.7, 0.6
+    assert view.rows[-1].best is None and view.pending == 0
+
+
+def test_html_highlights_the_best_row_and_names_early_stops():
+    parent, children, histories = _sweep(state="SUCCEEDED")
+    text = leaderboard_html(sweep_view(parent, children, histories, now=1100.0))
+    assert text.count("class='tf-trial'") == 3
+    rows = text.split("<tr class='tf-trial' style='")[1:]
+    assert rows[0].startswith("background:#e6f4ea") and not rows[1].startswith("background")
+    assert ">1<" in rows[0]  # trial 1 has the lowest val_loss
+    assert "early-stop" in text
+    assert "2/4 trials done (1 stopped early)" in text
+    assert "best val_loss 0.3 (trial 1)" in text
