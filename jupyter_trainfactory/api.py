@@ -162,6 +162,7 @@ def sweep(
     address: str | None = None,
     tracking_uri: str | None = None,
     storage: str | None = None,
+    model_fn: Callable[[str], Any] | None = None,
     **options: Any,
 ) -> Job:
     """Search ``fn``'s hyperparameters with Ray Tune: ``trials`` trials, at most
@@ -172,8 +173,10 @@ def sweep(
     ``"grid(1,2)"``) or a ``ray.tune`` domain; ``scheduler`` is ``asha`` (stops the
     worse trials at reports ``grace_period * reduction_factor**k``) or ``fifo``;
     ``search`` is ``random``, ``grid`` or ``optuna``. ``options`` are launch's (resources,
-    placement, failure budget, experiment, ...). The sweep is one detached job: its MLflow
-    run is the parent of one child run per trial. Returns its :class:`Job`.
+    placement, failure budget, experiment, ...); ``model_fn(checkpoint_dir) -> model`` is
+    kept for ``job.register`` (the best trial's best checkpoint). The sweep is one
+    detached job: its MLflow run is the parent of one child run per trial. Returns its
+    :class:`Job`.
 
     Raises SpecError (nothing submitted) for a bad search space or setting, or a trial
     the cluster can never hold."""
@@ -201,7 +204,8 @@ def sweep(
         grace_period=grace_period,
         reduction_factor=reduction_factor,
     )
-    return submit_sweep(get_manager(address, tracking_uri, storage), fn, spec, params, settings)
+    manager = get_manager(address, tracking_uri, storage)
+    return submit_sweep(manager, fn, spec, params, settings, model_fn=model_fn)
 
 
 def attach(job_id: str, address: str | None = None, tracking_uri: str | None = None) -> Job:

@@ -349,6 +349,9 @@ def _add_sweep(sub, launch_target: str) -> None:
         help="ASHA: keep 1/ETA per rung (2)",
     )
     _add_spec_options(sweep, shared=False)
+    sweep.add_argument(
+        "--model-fn", metavar="FUNC", help="function(checkpoint_dir) -> model, kept for register"
+    )
     sweep.add_argument("--wait", action="store_true", help="block until the sweep ends")
     _add_target(sweep)
 

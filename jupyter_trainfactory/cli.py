@@ -120,7 +120,8 @@ def _sweep(ns) -> int:
     config = config_from_args(ns.config, vars(sys.modules[fn.__module__]))
     spec = spec_from_args(ns, fn.__name__, config, source)
     manager = api.get_manager(ns.address, ns.tracking_uri, ns.storage)
-    job = sweep_from_args(ns, manager, fn, spec)
+    model_fn = load_function(ns.model_fn)[0] if ns.model_fn else None
+    job = sweep_from_args(ns, manager, fn, spec, model_fn=model_fn)
     info = job.info()
     print(f"sweep {job.id} submitted; MLflow run: {info.run_url or job.run_id}")
     if ns.wait:

@@ -331,7 +331,7 @@ def poc_from_args(
     )
 
 
-def sweep_from_args(ns, manager, fn, spec, notice=print):
+def sweep_from_args(ns, manager, fn, spec, notice=print, model_fn=None):
     """``sweep``: the settings from the parsed line, then :func:`~.sweeps.submit_sweep`
     of ``fn`` with ``spec`` (``launch``'s options, from :func:`~.arguments.spec_from_args`);
     returns the sweep's Job. Raises SpecError."""
@@ -347,4 +347,4 @@ def sweep_from_args(ns, manager, fn, spec, notice=print):
         grace_period=ns.grace_period,
         reduction_factor=ns.reduction_factor,
     )
-    return submit_sweep(manager, fn, spec, ns.params, settings, notice=notice)
+    return submit_sweep(manager, fn, spec, ns.params, settings, notice=notice, model_fn=model_fn)

@@ -365,7 +365,8 @@ class TrainMagics(Magics, Configurable):
         config = config_from_args(ns.config, self.shell.user_ns)
         name = getattr(fn, "__name__", ns.target)
         spec = spec_from_args(ns, name, config, self._source(), self._defaults())
-        job = sweep_from_args(ns, self._manager(ns), fn, spec)
+        model_fn = self._function(ns.model_fn, "model_fn") if ns.model_fn else None
+        job = sweep_from_args(ns, self._manager(ns), fn, spec, model_fn=model_fn)
         self._last_job = job.id
         self._show(job)
         if ns.wait:

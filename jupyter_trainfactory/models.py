@@ -232,6 +232,16 @@ def _version_tags(job_id: str, run, chosen: CheckpointModel) -> dict[str, str]:
     return tags
 
 
+def best_trial_run(client, sweep_run):
+    """The child run of the best trial of sweep run ``sweep_run`` (tag
+    ``trainfactory.sweep.best``, by the sweep's metric); raises SpecError before any."""
+    best = json.loads(sweep_run.data.tags.get(TAG.SWEEP_BEST, "{}") or "{}")
+    if not best.get("run_id"):
+        job_id = sweep_run.data.tags.get(TAG.JOB_ID, "")
+        raise SpecError(f"Sweep {job_id} has no trial with a result yet; nothing to register.")
+    return client.get_run(best["run_id"])
+
+
 def register(
     manager,
     job_id: str,
@@ -249,7 +259,10 @@ def register(
     ``mlflow.pyfunc.PythonModel``); None uses the one given at launch. The version's
     tags lead back to the job, run, checkpoint, code hashes and data digests; ``alias``
     (e.g. ``champion``) points at it. The model loads with
-    ``mlflow.pyfunc.load_model("models:/NAME@ALIAS")`` in a fresh process.
+    ``mlflow.pyfunc.load_model("models:/NAME@ALIAS")`` in a fresh process. For a sweep,
+    the checkpoint is its best trial's (:func:`best_trial_run`): the ``best`` by the
+    sweep's metric unless ``checkpoint`` and ``metric`` say otherwise, and the version's
+    tags add the sweep and the trial.
 
     Returns ``{"name", "version", "alias", "uri", "step", "checkpoint", "model_id"}``.
 
@@ -263,9 +276,14 @@ def register(
     """
     _check_names(name, alias)
     client = manager.mlflow_client
-    run = manager.find_run(job_id)
+    run = sweep = manager.find_run(job_id)
+    if TAG.SWEEP in run.data.tags:
+        run = best_trial_run(client, run)
+        settings = json.loads(sweep.data.tags[TAG.SWEEP])
+        if metric is None:
+            checkpoint, metric, mode = "best", settings["metric"], settings["mode"]
     chosen = pick(checkpoint_models(client, run), checkpoint, metric, mode)
-    model_fn = model_fn or manager.model_fn(job_id, run.info.run_id)
+    model_fn = model_fn or manager.model_fn(job_id, sweep.info.run_id)
     if model_fn is None:
         raise SpecError(
             f"Job {job_id} was launched without model_fn; give one that builds the model"
@@ -275,6 +293,9 @@ def register(
     with _mlflow_at(manager.tracking_uri):
         _log_model(model, chosen.model_id)
     tags = _version_tags(job_id, run, chosen)
+    if sweep is not run:
+        tags[TAG.SWEEP_JOB] = job_id
+        tags[TAG.TRIAL] = run.data.tags.get(TAG.TRIAL, "")
     if checkpoint == "best":
         tags[TAG.SELECTED_BY] = f"{mode} {metric} = {chosen.metrics[metric]:g}"
     from mlflow.exceptions import MlflowException

@@ -18,15 +18,9 @@ import threading
 import time
 from typing import Any
 
-from ray import tune
-from ray.tune.schedulers import ASHAScheduler
-
 __all__ = [
     "ASHA_MAX_T",
-    "RecordingASHA",
-    "SweepCallback",
     "SweepRecord",
-    "SweepStopper",
     "asha_rung",
     "trial_index",
     "trial_key",
@@ -84,7 +78,7 @@ class SweepRecord:
         self.early_stopped: dict[str, int] = {}  # trial id -> report ASHA stopped it at
         self.stop_request: tuple[str, float] | None = None  # (reason, grace s) once asked
         self._results = 0
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     # -- the parent ------------------------------------------------------------------
     def start(self) -> None:
@@ -114,16 +108,19 @@ class SweepRecord:
         self._log_parent(values, sum(self.counts.values()))
 
     def finish(self, status: str, state: str, error: str = "", timeout_s: float = 60.0) -> None:
-        """Close the trials still open (``KILLED``: the sweep ended under them; their
+        """Close the trials still open (``KILLED``, or ``FAILED`` with the sweep's error:
+        the sweep ended under them; their
         recorders flush side by side for ``timeout_s`` s at most: Ray kills a stopped
         job's driver soon after), then the parent run with ``status`` (MLflow) and
         ``state`` (the job's)."""
         from jupyter_trainfactory.tracking import TAG
 
-        with self._lock:
+        with self.lock:
             left, self._recorders = self._recorders, {}
+        # a failed sweep fails the trials it ends (with its error); a stopped one stops them
+        close = ("FAILED", "FAILED", error) if status == "FAILED" else ("KILLED", "STOPPED", "")
         refs = [
-            r.finish.remote("KILLED", "STOPPED", reason=None, timeout_s=timeout_s)
+            r.finish.remote(close[0], close[1], error=close[2], reason=None, timeout_s=timeout_s)
             for r in left.values()
         ]
         if refs:
@@ -156,7 +153,7 @@ class SweepRecord:
             self.stop_request = (tags[TAG.STOP], grace)
             print(f"trainfactory: sweep stop requested ({tags[TAG.STOP]})", flush=True)
         reason, grace = self.stop_request
-        with self._lock:
+        with self.lock:
             recorders = list(self._recorders.values())
         for recorder in recorders:  # again for trials started since: asking twice is a no-op
             recorder.request_stop.remote(reason, grace)
@@ -326,21 +323,23 @@ class SweepRecord:
     def callback(self):
         """A ``ray.tune.Callback`` that calls this record (errors logged, never raised:
         bookkeeping must not end the search). Tune pickles its run config, so the
-        callback holds the record's key in :data:`_RECORDS`, not the record."""
-        _RECORDS[self._meta["job_id"]] = self
-        return SweepCallback(self._meta["job_id"])
+        callback holds the record's key (:mod:`ray_backend.sweep_hooks`), not the record."""
+        from ray_backend.sweep_hooks import SweepCallback, register
+
+        return SweepCallback(register(self._meta["job_id"], self))
 
     def scheduler(self):
         """The sweep's Tune scheduler: :class:`RecordingASHA` on ``training_iteration``
         (one per ``ray.train.report``), or FIFO."""
         from ray.tune.schedulers import FIFOScheduler
 
+        from ray_backend.sweep_hooks import RecordingASHA, register
+
         s = self.settings
         if s.scheduler == "fifo":
             return FIFOScheduler()
-        _RECORDS[self._meta["job_id"]] = self
         return RecordingASHA(
-            self._meta["job_id"],
+            register(self._meta["job_id"], self),
             time_attr="training_iteration",
             max_t=ASHA_MAX_T,
             grace_period=s.grace_period,
@@ -349,69 +348,6 @@ class SweepRecord:
 
     def stopper(self):
         """A ``ray.tune.Stopper`` that ends the whole search once :attr:`error` is set."""
-        _RECORDS[self._meta["job_id"]] = self
-        return SweepStopper(self._meta["job_id"])
+        from ray_backend.sweep_hooks import SweepStopper, register
 
-
-#: The driver's SweepRecord by sweep job id (the Tune callback's way back to it).
-_RECORDS: dict[str, SweepRecord] = {}
-
-
-def _guarded(key: str, name: str, *args) -> None:
-    record = _RECORDS.get(key)
-    if record is None:
-        return
-    with record._lock:
-        try:
-            getattr(record, name)(*args)
-        except Exception:
-            _log.exception("sweep record: %s", name)
-
-
-class SweepCallback(tune.Callback):
-    """Tune's hooks, handed to the sweep's SweepRecord (found by key in :data:`_RECORDS`)."""
-
-    def __init__(self, key: str):
-        self.key = key
-
-    def on_trial_start(self, iteration, trials, trial, **info):
-        _guarded(self.key, "open_trial", trial)
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        _guarded(self.key, "result", trial, result)
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        _guarded(self.key, "complete", trial)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        _guarded(self.key, "failed", trial)
-
-
-class RecordingASHA(ASHAScheduler):
-    """Ray Tune's ASHA that tells the sweep's record which trials it stopped and at which
-    report (Tune marks a stopped trial's last result ``done`` as a finished one's)."""
-
-    def __init__(self, key: str, **kwargs):
-        super().__init__(**kwargs)
-        self.key = key
-
-    def on_trial_result(self, tune_controller, trial, result):
-        decision = super().on_trial_result(tune_controller, trial, result)
-        record = _RECORDS.get(self.key)
-        if decision == self.STOP and record is not None:
-            record.early_stopped[trial.trial_id] = int(result.get("training_iteration") or 0)
-        return decision
-
-
-class SweepStopper(tune.Stopper):
-    """Ends the whole search once the sweep's record has an :attr:`SweepRecord.error`."""
-
-    def __init__(self, key: str):
-        self.key = key
-
-    def __call__(self, trial_id, result):
-        return False
-
-    def stop_all(self):
-        record = _RECORDS.get(self.key)
-        return bool(record is not None and (record.error or record.stop_request))
+        return SweepStopper(register(self._meta["job_id"], self))

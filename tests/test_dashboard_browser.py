@@ -3,7 +3,8 @@
 JupyterLab 4 and Notebook 7, Debian's chromium, no internet: each notebook launches a
 short two-worker job and the browser checks that its plots draw (BokehJS comes from the
 installed bokeh package, through the server extension), move while the job runs and that
-the job ends SUCCEEDED; in JupyterLab also that after a page reload ``%train attach`` draws
+the job ends SUCCEEDED; a sweep's leaderboard shows a row per trial, best first, and
+their curves; in JupyterLab also that after a page reload ``%train attach`` draws
 the history with its points, that ``%train reliability`` prints the report and draws its plot,
 and that the cell keeps a static summary without its kernel.
 Here: that summary is in the saved notebook and in ``jupyter nbconvert --to html``.
@@ -28,6 +29,23 @@ def falling_loss(config):
 config = {"steps": 50, "sleep_s": 0.3}"""
 LAUNCH = (
     "job = %train launch falling_loss --workers 2 --config config --experiment dashboard-browser"
+)
+
+
+SWEEP_SETUP = """\
+%load_ext jupyter_trainfactory
+import time
+import ray.train
+
+def lr_loss(config):
+    for step in range(config["steps"]):
+        time.sleep(0.3)
+        ray.train.report({"loss": 10 * config["lr"] + 1.0 / (step + 1), "step": step})
+
+base = {"steps": 20}"""
+SWEEP = (
+    "sweep = %train sweep lr_loss --param lr=grid(0.01,0.05) --trials 1 --concurrent 2"
+    " --metric loss --workers 1 --config base --experiment sweep-browser"
 )
 
 
@@ -56,14 +74,18 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
         "%train reliability --experiment dashboard-browser --since 1d",
     )
     _notebook(tmp_path / "dashboard-nb7.ipynb", SETUP, LAUNCH)  # Notebook 7 opens it at the root
+    _notebook(tmp_path / "sweep-lab.ipynb", SWEEP_SETUP, SWEEP, "sweep.wait(timeout=300)")
     env = browser_env(services.home, tmp_path, free_port(), TF_NOTEBOOKS=str(sources))
     with jupyter_lab(env, tmp_path / "jupyterlab.log"):
         playwright("dashboard.spec.ts", env, timeout=840)
         shots = screenshots()  # each Playwright run starts a fresh test-results/
         playwright("dashboard-nb7.spec.ts", env, timeout=600)
         shots |= screenshots()
+        playwright("sweep.spec.ts", env, timeout=540)  # a sweep's leaderboard, in the lab
+        shots |= screenshots()
     expected = {"dashboard-running.png", "dashboard-ended.png", "dashboard-attach.png"}
     expected |= {"dashboard-summary.png", "nb7-running.png", "nb7-ended.png", "reliability.png"}
+    expected |= {"sweep-running.png", "sweep-ended.png"}
     assert expected <= shots
 
     # the saved notebook keeps the summary as HTML, in the launch cell's outputs

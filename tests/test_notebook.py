@@ -75,3 +75,23 @@ def test_ray_data_notebook_trains_from_parquet(services):
     accuracy = float(result.stdout.split("final validation accuracy: ")[1].split()[0])
     assert accuracy >= 0.90
     assert "dataset train: [" in result.stdout and "dataset validation: [" in result.stdout
+
+
+@pytest.mark.job
+@pytest.mark.timeout(600)
+def test_sweep_notebook_finds_a_digits_classifier_above_095(services):
+    """examples/sweep.ipynb: 8 trials of the digits classifier under ASHA, one worker each,
+    two at a time; its last cell asserts from MLflow 8 children and a best >= 0.95."""
+    result = _run_notebook("sweep.ipynb")
+    line = next(s for s in result.stdout.splitlines() if " trials (" in s)
+    assert line.startswith("8 trials"), line
+    best = float(line.split("best val_accuracy ")[1].split()[0])
+    assert best >= 0.95, line
+    executed = nbformat.read(ROOT / "examples" / "sweep.out.ipynb", as_version=4)
+    shown = [
+        o
+        for c in executed.cells
+        for o in c.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert shown, "the sweep cell showed no leaderboard widget"

@@ -10,7 +10,7 @@ import json
 import pytest
 from conftest import ipython_shell
 from IPython.core.error import UsageError
-from train_fns import sweep_loop
+from train_fns import linear_model, sweep_loop
 
 from jupyter_trainfactory.runreads import sweep_children
 from jupyter_trainfactory.sweeps.widget import SweepBoard
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.job
 def shell(manager):
     ip = ipython_shell()
     ip.run_line_magic("load_ext", "jupyter_trainfactory")
-    ip.user_ns["sweep_loop"] = sweep_loop
+    ip.user_ns.update(sweep_loop=sweep_loop, linear_model=linear_model, steps_30={"steps": 30})
+    ip.user_ns["long_checkpointed"] = {"steps": 200, "sleep": 0.3, "checkpoint": True}
     return ip
 
 
@@ -56,7 +57,7 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     job = shell.run_line_magic(
         "train",
         "sweep sweep_loop --param lr=grid(0.01,0.01,1.0,1.0) --trials 1 --concurrent 2"
-        " --metric val_loss --workers 1 --wait",
+        " --metric val_loss --workers 1 --config steps_30 --wait",
     )
     assert job.status() == "SUCCEEDED", job.logs(tail=60)
     parent = mlflow_client.get_run(job.run_id)
@@ -68,17 +69,18 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     for child in good:  # ran to the end: every report once
         assert child.info.status == "FINISHED"
         steps = [m.step for m in mlflow_client.get_metric_history(child.info.run_id, "val_loss")]
-        assert sorted(steps) == list(range(6)), steps
+        assert sorted(steps) == list(range(30)), steps
     for child in bad:  # worse at the first rung than the good trials: stopped there
         assert child.info.status == "KILLED", child.data.tags
         assert child.data.tags[TAG.REASON] == "early-stop"
         stop = json.loads(child.data.tags[TAG.EARLY_STOP])
         assert stop["rung"] == 1 and stop["iteration"] >= 1
         steps = [m.step for m in mlflow_client.get_metric_history(child.info.run_id, "val_loss")]
-        assert len(steps) == len(set(steps)) and len(steps) < 6
+        # cut short: its reports reach Tune within half a second, 0.3 s apart
+        assert len(steps) == len(set(steps)) and len(steps) < 30, steps
     metrics = parent.data.metrics
     assert metrics["sweep/trials_finished"] == 2 and metrics["sweep/trials_stopped_early"] == 2
-    assert metrics["sweep/best"] == pytest.approx(0.1 + 1 / 6)
+    assert metrics["sweep/best"] == pytest.approx(0.1 + 1 / 30)
     assert metrics["cost/usd"] > 0
     best = json.loads(parent.data.tags[TAG.SWEEP_BEST])
     assert best["run_id"] in {c.info.run_id for c in good}
@@ -90,15 +92,13 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     assert (view.done, view.stopped_early, view.pending) == (4, 2, 0)
     assert board.table.value.count("class='tf-trial'") == 4
     assert set(board.plots.sources["metric"]) == {f"trial {i}" for i in range(4)}
-    with pytest.raises(UsageError, match="resuming a sweep is not supported yet"):
-        shell.run_line_magic("train", f"resume {job.id}")
 
 
 @pytest.mark.timeout(300)
 def test_a_metric_the_function_never_reports_fails_the_sweep_in_one_sentence(shell, mlflow_client):
     job = shell.run_line_magic(
         "train",
-        "sweep sweep_loop --param lr=grid(0.01) --metric accuracy --workers 1 --wait",
+        "sweep sweep_loop --param lr=grid(0.01) --trials 1 --metric accuracy --workers 1 --wait",
     )
     assert job.status() == "FAILED"
     error = job.info().error
@@ -113,8 +113,8 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
 
     job = shell.run_line_magic(
         "train",
-        "sweep sweep_loop --param lr=grid(0.01,0.02,0.03) --concurrent 2 --metric val_loss"
-        " --workers 1 --scheduler fifo --config {'steps':200,'sleep':0.3,'checkpoint':True}",
+        "sweep sweep_loop --param lr=grid(0.01,0.02,0.03) --trials 1 --concurrent 2 --metric val_loss"
+        " --workers 1 --scheduler fifo --config long_checkpointed",
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # both first trials have reported
@@ -135,3 +135,13 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
         assert child.data.tags.get(TAG.CKPT_STEP), child.data.tags  # stopped at a checkpoint
     parent = mlflow_client.get_run(job.run_id)
     assert parent.info.status == "KILLED" and parent.data.tags[TAG.STATE] == "STOPPED"
+    # the winner: the best trial's best checkpoint, with the way back to the sweep
+    version = shell.run_line_magic(
+        "train", f"register {job.id} --name sweep-best --model-fn linear_model"
+    )
+    best = min(children, key=lambda c: float(c.data.params["config.lr"]))
+    tags = mlflow_client.get_model_version("sweep-best", str(version["version"])).tags
+    assert tags[TAG.RUN_ID] == best.info.run_id and tags[TAG.SWEEP_JOB] == job.id
+    assert tags[TAG.TRIAL] == best.data.tags[TAG.TRIAL]
+    with pytest.raises(UsageError, match="resuming a sweep is not supported yet"):
+        shell.run_line_magic("train", f"resume {job.id}")

@@ -348,3 +348,10 @@ def sweep_loop(config):
             with open(os.path.join(d, "state.txt"), "w") as f:
                 f.write(str(step))
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+def linear_model(checkpoint_dir):
+    """``model_fn`` for ``sweep_loop``'s checkpoints (they hold a step, no weights)."""
+    import torch
+
+    return torch.nn.Linear(1, 1).eval()

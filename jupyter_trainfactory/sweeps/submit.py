@@ -65,12 +65,13 @@ def submit_sweep(
     params: dict[str, Any] | list[str],
     settings: SweepSettings,
     notice: Callable[[str], None] = print,
+    model_fn: Callable[[str], Any] | None = None,
 ):
     """Check and submit the sweep of ``fn`` over ``params`` (text or Ray Tune domains) with
     ``spec``'s worker shape and options per trial; returns its :class:`~.job.Job` (the
     parent run's). Raises SpecError (one sentence, nothing submitted) for a bad search
     space or settings, a sweep option not supported yet, or a trial the cluster can never
-    hold."""
+    hold. ``model_fn(checkpoint_dir) -> model`` is kept for ``register``."""
     settings.validate()
     space = parse_space(params)
     if spec.budget is not None:
@@ -84,4 +85,4 @@ def submit_sweep(
             f"--param {', '.join(sorted(taken))} replace{'s' if len(taken) == 1 else ''} --config's value."
         )
     kind = sweep_kind(space, settings, spec.workers, notice)
-    return manager.submit(fn, spec, kind=kind)
+    return manager.submit(fn, spec, model_fn=model_fn, kind=kind)
