@@ -23,6 +23,11 @@ def _run(*args, timeout=240):
         (["launch", f"{HERE}/train_fns.py:short_loop", "--workers", "-1"], "at least 1"),
         (["status"], "status needs a job id"),
         (["bogus"], "invalid choice"),
+        (
+            ["sweep", f"{HERE}/train_fns.py:sweep_loop", "--param", "lr=exp(1)", "--metric", "m"],
+            "exp() is not one of",
+        ),
+        (["sweep", f"{HERE}/train_fns.py:sweep_loop", "--param", "lr=grid(1,2)"], "needs --metric"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(services, args, message):
