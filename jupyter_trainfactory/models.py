@@ -242,6 +242,17 @@ def best_trial_run(client, sweep_run):
     return client.get_run(best["run_id"])
 
 
+def _trial_or_job(client, run, checkpoint: str, metric: str | None, mode: str | None):
+    """What ``register`` picks from: the job's run, or a sweep's best trial's run with the
+    sweep's metric and mode unless ``metric`` is given; ``(run, checkpoint, metric, mode)``."""
+    if TAG.SWEEP not in run.data.tags:
+        return run, checkpoint, metric, mode
+    settings = json.loads(run.data.tags[TAG.SWEEP])
+    if metric is None:
+        checkpoint, metric, mode = "best", settings["metric"], settings["mode"]
+    return best_trial_run(client, run), checkpoint, metric, mode
+
+
 def register(
     manager,
     job_id: str,
@@ -276,12 +287,8 @@ def register(
     """
     _check_names(name, alias)
     client = manager.mlflow_client
-    run = sweep = manager.find_run(job_id)
-    if TAG.SWEEP in run.data.tags:
-        run = best_trial_run(client, run)
-        settings = json.loads(sweep.data.tags[TAG.SWEEP])
-        if metric is None:
-            checkpoint, metric, mode = "best", settings["metric"], settings["mode"]
+    sweep = manager.find_run(job_id)
+    run, checkpoint, metric, mode = _trial_or_job(client, sweep, checkpoint, metric, mode)
     chosen = pick(checkpoint_models(client, run), checkpoint, metric, mode)
     model_fn = model_fn or manager.model_fn(job_id, sweep.info.run_id)
     if model_fn is None:
