@@ -389,6 +389,11 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
             worker.flush()
         if checkpoint is None:
             return report(metrics, checkpoint, *args, **kwargs)
+        if worker.steps:
+            # the steps logged up to this checkpoint leave before it can commit: a restart
+            # that restores it must not lose them with the killed group's buffers (a send,
+            # no wait: the commit waits for every rank's report and the controller's poll)
+            worker.flush()
         nbytes = None
         if os.path.isdir(checkpoint.path):  # a local directory: give it a manifest
             from ray_backend.checkpoints import MANIFEST, write_manifest
