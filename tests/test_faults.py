@@ -57,9 +57,11 @@ def test_a_worker_failure_is_recovered_from_the_last_checkpoint(manager, mlflow_
     resumed = [(p.step, p.value) for p in _history(mlflow_client, job.run_id, "resumed_at")]
     assert resumed == [(1, 0.0), (21, 20.0)]
     # the failure's record: rank 1 dies at 30, rank 0 may be a little behind or step on
-    # alone until the next checkpoint's barrier (it logs step 40, then waits there)
+    # alone until the next checkpoint's barrier (it logs step 40, then waits there); the
+    # steps a rank logged in its last 0.5 s shipping interval die with it, so the step
+    # reached is at least the checkpoint's (sent before the checkpoint committed)
     (record,) = json.loads(tags[TAG.FAILURES])
-    assert record["restored_step"] == 20 and 25 <= record["step_reached"] <= 40
+    assert record["restored_step"] == 20 and 20 <= record["step_reached"] <= 40
     assert record["steps_lost"] == record["step_reached"] - 20
     assert record["time"] <= record["detected"] <= record["restored"]
     assert record["restored"] - record["time"] <= record["mttr_s"]
