@@ -285,7 +285,8 @@ class JobManager:
         )
 
     def resume(self, job_id: str, max_failures: int | None = None) -> Job:
-        """Continue a STOPPED or FAILED job from its latest good checkpoint.
+        """Continue a STOPPED or FAILED job from its latest good checkpoint (a sweep:
+        Tune's restore of its search, ``ray_backend.sweep_driver``).
 
         A new Ray submission (``<job id>-<n>``) of the same function and config, under
         the same job id, MLflow run (reopened: status RUNNING; params are not logged
@@ -310,11 +311,6 @@ class JobManager:
             )
         run = self.mlflow_client.get_run(run.info.run_id)
         run_id, tags = run.info.run_id, run.data.tags
-        if TAG.SWEEP in tags:
-            raise SpecError(
-                f"Job {job_id} is a sweep, and resuming a sweep is not supported yet;"
-                " start a new %train sweep (its finished trials' runs and checkpoints stay)."
-            )
         if tags.get(TAG.DASHBOARD, self.address) != self.address:
             raise SpecError(
                 f"Job {job_id} ran on the cluster at {tags[TAG.DASHBOARD]}; resume it with"

@@ -6,7 +6,15 @@ driver function that builds and fits the job's ``TorchTrainer`` with the trial's
 forwarded to Tune by ``TuneReportCallback``. Every trial is a full trainfactory run: its
 own RunRecorder (created here, so an early stop that ends the trial's actor does not end
 the record) writing an MLflow child run of the sweep's run (:mod:`ray_backend.sweep_record`).
-Exit code 0 when the search ran to its end, 1 when it failed, 130 when Ray stopped it.
+
+A graceful stop (``%train stop SWEEP``) rests the sweep: each running trial stops at its
+next checkpoint and waits; then the driver interrupts Tune with SIGUSR1, Tune's own
+Ctrl+C (it saves the experiment with those trials unfinished). A resume
+(``meta["resume"]`` > 0) continues with ``Tuner.restore``: unfinished trials run again
+(each ``TorchTrainer``, same name and storage, restores its newest checkpoint) and the
+search goes on to its trial budget.
+Exit code 0 when the search ran to its end or rested, 1 when it failed, 130 when Ray
+stopped it.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ TRIAL_DRIVER_RESOURCES = {"CPU": 0, "memory": 2**20}
 STOP_POLL_S = 2.0
 #: How long a trial waits for the RunRecorder the sweep's callback starts for it (s).
 RECORDER_WAIT_S = 120.0
+#: The signal that ends Tune's loop as Ctrl+C does, state saved (``ray.tune.tune``).
+INTERRUPT = signal.SIGUSR1
 
 
 def _recorder(key: str, timeout_s: float = RECORDER_WAIT_S):
@@ -89,11 +99,20 @@ def _forward(queue) -> None:
         tune.report(queue.get())
 
 
-def trial_function(meta: dict[str, Any], fn: Any):
+def _rest(resting, key: str) -> None:
+    """A trial stopped by the sweep's stop: tell the driver (``resting``, a Ray queue) and
+    wait, unfinished, for Tune to end the experiment (the driver's interrupt)."""
+    resting.put(key)
+    while True:
+        time.sleep(60)
+
+
+def trial_function(meta: dict[str, Any], fn: Any, resting):
     """Tune's trainable for this sweep: one trial = one ``TorchTrainer.fit()`` of ``fn``
     with the trial's config, recorded by the trial's RunRecorder (found by name), its
-    reports passed on to Tune and its node samplers polled meanwhile. Raises the
-    training's error (the trial fails)."""
+    reports passed on to Tune and its node samplers polled meanwhile. A trial the sweep's
+    stop reaches rests (:func:`_rest`) instead of returning. Raises the training's error
+    (the trial fails)."""
 
     def run_trial(config: dict) -> None:
         import ray
@@ -104,6 +123,8 @@ def trial_function(meta: dict[str, Any], fn: Any):
 
         key = trial_key(meta["job_id"], trial_index(tune.get_context().get_trial_id()))
         recorder = _recorder(key)
+        if ray.get(recorder.stop_status.remote(), timeout=60) is not None:
+            _rest(resting, key)  # the sweep stops: this trial starts on its resume
         trial_meta = {**meta, "job_id": key, "config": config}
         queue = Queue(actor_options={"num_cpus": 0})
         trainer = build_trainer(trial_meta, fn, recorder, callbacks=[ReportsToTune(queue)])
@@ -114,9 +135,10 @@ def trial_function(meta: dict[str, Any], fn: Any):
         try:
             _wait_for_fit(recorder, done, samplers, poll_s=0.5, tick=lambda: _forward(queue))
             _forward(queue)  # the last reports, before the function returns
-        except _GracefulStop:  # the sweep's stop, after a checkpoint: the trial ends here
+        except _GracefulStop:  # the sweep's stop, after a checkpoint: the trial rests
             _forward(queue)
-            return
+            samplers.stop()
+            _rest(resting, key)
         finally:
             samplers.stop()
         if "error" in box:
@@ -137,18 +159,35 @@ def _search(settings):
     return None  # Tune's BasicVariantGenerator: random samples, and every grid value
 
 
-def build_tuner(meta: dict[str, Any], fn: Any, space: dict[str, Any], record):
-    """The sweep's ``Tuner``: the trial function at :data:`TRIAL_DRIVER_RESOURCES`, ``param_space`` the job's config with the search space over
-    it, the settings' trials, concurrency, metric and search, and ``record``'s (a
-    :class:`~ray_backend.sweep_record.SweepRecord`) scheduler, callback and stopper."""
+def experiment_path(meta: dict[str, Any]) -> str:
+    """Where Tune keeps the sweep's experiment state: ``<storage path>/<job id>``."""
+    return f"{str(meta['storage_path']).rstrip('/')}/{meta['job_id']}"
+
+
+def build_tuner(meta: dict[str, Any], fn: Any, space: dict[str, Any], record, resting):
+    """The sweep's ``Tuner``: the trial function at :data:`TRIAL_DRIVER_RESOURCES`,
+    ``param_space`` the job's config with the search space over it, the settings' trials,
+    concurrency, metric and search, and ``record``'s (a
+    :class:`~ray_backend.sweep_record.SweepRecord`) scheduler, callback and stopper. For a
+    resume, ``Tuner.restore`` of the saved experiment (its pickled hooks find ``record``
+    by the sweep's key), when Tune saved one."""
     from ray import tune
 
     from jupyter_trainfactory.sweeps.space import SweepSettings
+    from ray_backend.sweep_hooks import register
 
     settings = SweepSettings.from_dict(meta["sweep"])
     base = dict(meta.get("config") or {})
+    trainable = tune.with_resources(trial_function(meta, fn, resting), TRIAL_DRIVER_RESOURCES)
+    path = experiment_path(meta)
+    if record.resume and tune.Tuner.can_restore(path):
+        register(meta["job_id"], record)
+        print(f"trainfactory: sweep resumed from Tune's state at {path}", flush=True)
+        return tune.Tuner.restore(
+            path, trainable, resume_unfinished=True, param_space={**base, **space}
+        )
     return tune.Tuner(
-        tune.with_resources(trial_function(meta, fn), TRIAL_DRIVER_RESOURCES),
+        trainable,
         param_space={**base, **space},
         tune_config=tune.TuneConfig(
             metric=settings.metric,
@@ -168,13 +207,22 @@ def build_tuner(meta: dict[str, Any], fn: Any, space: dict[str, Any], record):
     )
 
 
-def _fit(tuner, box: dict[str, Any], done: threading.Event) -> None:
-    try:
-        box["result"] = tuner.fit()
-    except BaseException as exc:
-        box["error"] = exc
-    finally:
-        done.set()
+def _watch_stop(record, resting, done: threading.Event) -> None:
+    """Every :data:`STOP_POLL_S` s, read the sweep's stop request; once every open trial
+    rests (or the stop's grace is over), interrupt Tune (:data:`INTERRUPT`)."""
+    while not done.wait(STOP_POLL_S):
+        try:
+            if not record.poll_stop():
+                continue
+        except Exception as exc:  # the tracking server away: ask again later
+            print(f"trainfactory: reading the stop request: {exc}", flush=True)
+            continue
+        while not resting.empty():
+            record.rested.add(resting.get())
+        if record.at_rest():
+            print("trainfactory: every running trial rests at a checkpoint", flush=True)
+            os.kill(os.getpid(), INTERRUPT)
+            return
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,23 +255,26 @@ def main(argv: list[str] | None = None) -> int:
     # search with a traceback; the record says it in one sentence instead.
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     ray.init(logging_level=logging.WARNING, log_to_driver=True)
+    from ray.util.queue import Queue
+
     record = SweepRecord(ray, meta)
     record.start()
-    tuner = build_tuner(meta, fn, space, record)
-    box: dict[str, Any] = {}
+    resting = Queue(actor_options={"num_cpus": 0})
+    tuner = build_tuner(meta, fn, space, record, resting)
     done = threading.Event()
+    threading.Thread(target=_watch_stop, args=(record, resting, done), daemon=True).start()
+    error: BaseException | str | None = None
     try:
-        threading.Thread(target=_fit, args=(tuner, box, done), daemon=True).start()
-        while not done.wait(STOP_POLL_S):
-            try:
-                record.poll_stop()
-            except Exception as exc:  # the tracking server away: ask again later
-                print(f"trainfactory: reading the stop request: {exc}", flush=True)
+        tuner.fit()  # in the main thread: Tune's interrupt handler is set only there
     except _Stopped:
         print("trainfactory: sweep stopped", flush=True)
         record.finish("KILLED", "STOPPED", timeout_s=2.0)  # the reconciler closes the rest
         return 130
-    error = box.get("error") or record.error
+    except Exception as exc:
+        error = exc
+    finally:
+        done.set()
+    error = error or record.error
     if error:
         logging.getLogger("trainfactory").error("sweep failed: %s", error)
         record.finish("FAILED", "FAILED", error=str(error))

@@ -74,7 +74,9 @@ class RecordingASHA(ASHAScheduler):
 
 
 class SweepStopper(tune.Stopper):
-    """Ends the whole search once the sweep's record has an :attr:`SweepRecord.error`."""
+    """Ends the whole search once the sweep's record has an :attr:`SweepRecord.error`
+    (a stop request does not: Tune would mark the running trials finished; the driver
+    interrupts Tune instead, so that a resume continues them)."""
 
     def __init__(self, key: str):
         self.key = key
@@ -84,4 +86,4 @@ class SweepStopper(tune.Stopper):
 
     def stop_all(self):
         record = _RECORDS.get(self.key)
-        return bool(record is not None and (record.error or record.stop_request))
+        return bool(record is not None and record.error)

@@ -8,6 +8,13 @@ the trial's function returned, ``KILLED`` with reason ``early-stop`` (and the AS
 when the scheduler stopped it, ``FAILED`` with the error otherwise. A child run is found
 again by its trial id before one is created, so a trial is one run however often the
 driver restarts.
+
+A stopped sweep rests: each running trial stops at its next checkpoint and its function
+waits (:attr:`SweepRecord.rested`); once every open trial rests, the driver interrupts
+Tune as Ctrl+C would, so Tune's experiment state keeps them unfinished and
+``Tuner.restore`` (``%train resume SWEEP``) runs them again, each restoring its own
+checkpoint. A resumed record reads back the counts, costs and best value of earlier
+submissions (:meth:`SweepRecord.read_previous`) and reopens a trial's child run.
 """
 
 from __future__ import annotations
@@ -77,6 +84,9 @@ class SweepRecord:
         self.error = ""
         self.early_stopped: dict[str, int] = {}  # trial id -> report ASHA stopped it at
         self.stop_request: tuple[str, float] | None = None  # (reason, grace s) once asked
+        self.stop_asked_at: float | None = None  # time.monotonic() of the request
+        self.rested: set[str] = set()  # keys of trials stopped at a checkpoint, waiting
+        self.resume = int(meta.get("resume", 0))
         self._results = 0
         self.lock = threading.Lock()
 
@@ -92,6 +102,29 @@ class SweepRecord:
             f"searching: {s.total_trials} trials, {s.concurrent} at a time, {s.metric} {s.mode}",
         )
         self.client.set_tag(self.parent, TAG.STARTED, f"{time.time():.3f}")
+        if self.resume:
+            self.read_previous()
+
+    def read_previous(self) -> None:
+        """A resumed sweep's counts, trial costs and best value so far, as the earlier
+        submissions left them on the parent run and its children."""
+        from jupyter_trainfactory.runreads import sweep_children
+        from jupyter_trainfactory.tracking import TAG
+
+        parent = self.client.get_run(self.parent)
+        metrics = parent.data.metrics
+        for name in self.counts:
+            self.counts[name] = int(metrics.get(f"sweep/trials_{name}", 0))
+        by_index = {}
+        for child in sweep_children(self.client, parent):
+            trial_id = child.data.tags.get(TAG.TRIAL, "")
+            self.children[trial_id] = child.info.run_id
+            by_index[child.data.tags.get(TAG.TRIAL_INDEX)] = trial_id
+            if "cost/usd" in child.data.metrics:
+                self.costs[trial_id] = child.data.metrics["cost/usd"]
+        best = json.loads(parent.data.tags.get(TAG.SWEEP_BEST) or "null")
+        if best and str(best.get("trial")) in by_index:
+            self.best = (float(best["value"]), by_index[str(best["trial"])])
 
     def _log_parent(self, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -151,6 +184,7 @@ class SweepRecord:
                 return False
             grace = float(tags.get(TAG.STOP_GRACE) or 300.0)
             self.stop_request = (tags[TAG.STOP], grace)
+            self.stop_asked_at = time.monotonic()
             print(f"trainfactory: sweep stop requested ({tags[TAG.STOP]})", flush=True)
         reason, grace = self.stop_request
         with self.lock:
@@ -158,6 +192,16 @@ class SweepRecord:
         for recorder in recorders:  # again for trials started since: asking twice is a no-op
             recorder.request_stop.remote(reason, grace)
         return True
+
+    def at_rest(self) -> bool:
+        """Whether the stopping sweep can end now: every open trial rests at a
+        checkpoint, or the stop's grace period is over."""
+        if self.stop_request is None:
+            return False
+        with self.lock:
+            open_keys = {trial_key(self._meta["job_id"], trial_index(t)) for t in self._recorders}
+        waited = time.monotonic() - (self.stop_asked_at or time.monotonic())
+        return open_keys <= self.rested or waited > self.stop_request[1]
 
     # -- the trials ------------------------------------------------------------------
     def _trial_meta(self, key: str, run_id: str, config: dict) -> dict[str, Any]:
@@ -212,6 +256,7 @@ class SweepRecord:
         config = dict(trial.config)
         run_id = self._find_child(trial_id)
         fresh = run_id is None
+        resume = 0
         if fresh:
             run = self.client.create_run(
                 self._experiment_id,
@@ -219,13 +264,34 @@ class SweepRecord:
                 tags=self._child_tags(trial_id, index),
             )
             run_id = run.info.run_id
-        meta = self._trial_meta(key, run_id, config)
+        else:
+            resume = self._reopen(key, run_id)
+        meta = {**self._trial_meta(key, run_id, config), "resume": resume}
         spec = job_spec(meta)
         if fresh:
             log_params(self.client, run_id, prepare_params(spec.params()).params)
         self.children[trial_id] = run_id
-        self._recorders[trial_id] = _start_recorder(self._ray, meta, spec)
+        recorder = _start_recorder(self._ray, meta, spec)
+        self._recorders[trial_id] = recorder
+        if self.stop_request is not None:  # started while the sweep stops: it rests at once
+            recorder.request_stop.remote(*self.stop_request)
         self._log_counts()
+
+    def _reopen(self, key: str, run_id: str) -> int:
+        """Reopen a trial's child run that an earlier submission closed (a resumed
+        sweep); returns the trial's resume count (0: the run is still open)."""
+        from jupyter_trainfactory.submission import reopen_tags
+        from jupyter_trainfactory.tracking import TAG
+
+        run = self.client.get_run(run_id)
+        if run.info.status == "RUNNING":
+            return 0
+        count = int(run.data.tags.get(TAG.RESUMES) or 0) + 1
+        _, tags = reopen_tags(key, count, {}, time.time())
+        for name, value in tags.items():
+            self.client.set_tag(run_id, name, value)
+        self.client.update_run(run_id, status="RUNNING")
+        return count
 
     def result(self, trial, result: dict[str, Any]) -> None:
         """A trial's report: the best value so far on the parent; a report without the

@@ -24,7 +24,7 @@ def shell(manager):
     ip = ipython_shell()
     ip.run_line_magic("load_ext", "jupyter_trainfactory")
     ip.user_ns.update(sweep_loop=sweep_loop, linear_model=linear_model, steps_30={"steps": 30})
-    ip.user_ns["long_checkpointed"] = {"steps": 200, "sleep": 0.3, "checkpoint": True}
+    ip.user_ns["long_checkpointed"] = {"steps": 60, "sleep": 0.3, "checkpoint": True}
     return ip
 
 
@@ -147,5 +147,24 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
     tags = mlflow_client.get_model_version("sweep-best", str(version["version"])).tags
     assert tags[TAG.RUN_ID] == best.info.run_id and tags[TAG.SWEEP_JOB] == job.id
     assert tags[TAG.TRIAL] == best.data.tags[TAG.TRIAL]
-    with pytest.raises(UsageError, match="resuming a sweep is not supported yet"):
-        shell.run_line_magic("train", f"resume {job.id}")
+    # the resume: Tune's restore runs the two stopped trials on from their checkpoints,
+    # then the third; one parent run, one child per trial, each step once
+    stopped = {c.data.tags[TAG.TRIAL]: int(c.data.tags[TAG.CKPT_STEP]) for c in children}
+    shell.run_line_magic("train", f"resume {job.id}")
+    assert job.wait(timeout=300) == "SUCCEEDED", job.logs(tail=60)
+    parent = mlflow_client.get_run(job.run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags[TAG.RESUMES] == "1"
+    assert parent.data.metrics["sweep/trials_finished"] == 3
+    children = _children(mlflow_client, job)
+    assert len(children) == 3
+    for child in children:
+        assert child.info.status == "FINISHED", child.data.tags
+        history = mlflow_client.get_metric_history(child.info.run_id, "val_loss")
+        assert sorted(p.step for p in history) == list(range(60)), child.data.tags[TAG.TRIAL]
+        trial = child.data.tags[TAG.TRIAL]
+        starts = mlflow_client.get_metric_history(child.info.run_id, "start")
+        if trial in stopped:  # went on after its own checkpoint: it did not start again
+            assert child.data.tags[TAG.RESUMES] == "1"
+            assert max(p.value for p in starts) == stopped[trial] + 1
+        else:
+            assert {p.value for p in starts} == {0}

@@ -334,13 +334,20 @@ def epoch_loop(config):
 def sweep_loop(config):
     """A sweep's trial: ``val_loss = 10 * lr + 1 / (step + 1)`` at each of ``steps``
     reports (so a larger ``lr`` is worse at every rung), each with a small checkpoint
-    when ``config["checkpoint"]``."""
+    when ``config["checkpoint"]``; goes on after the step of the newest checkpoint."""
     import os
     import tempfile
 
-    for step in range(config.get("steps", 6)):
+    import jupyter_trainfactory.train as trainfactory
+
+    start = 0
+    checkpoint = trainfactory.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d, open(os.path.join(d, "state.txt")) as f:
+            start = int(f.read()) + 1
+    for step in range(start, config.get("steps", 6)):
         time.sleep(config.get("sleep", 0.3))
-        metrics = {"val_loss": 10 * config["lr"] + 1.0 / (step + 1), "step": step}
+        metrics = {"val_loss": 10 * config["lr"] + 1.0 / (step + 1), "step": step, "start": start}
         if not config.get("checkpoint"):
             ray.train.report(metrics)
             continue
