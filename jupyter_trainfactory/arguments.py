@@ -158,6 +158,12 @@ def _add_chaos(sub) -> None:
         help="kill every worker process of the job on this node (IP, node id, or its label"
         " in the dashboard's node table)",
     )
+    chaos.add_argument(
+        "--trial",
+        type=int,
+        metavar="N",
+        help="a sweep's trial N (its index in the leaderboard): the kill is in its workers",
+    )
     _add_target(chaos)
 
 

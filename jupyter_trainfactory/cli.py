@@ -166,7 +166,9 @@ def _resume(ns) -> int:
 
 def _chaos(ns) -> int:
     job_id = _job(ns)
-    killed = api.get_manager(**_target(ns)).chaos(job_id, rank=ns.kill_worker, node=ns.kill_node)
+    killed = api.get_manager(**_target(ns)).chaos(
+        job_id, rank=ns.kill_worker, node=ns.kill_node, trial=ns.trial
+    )
     print(chaos_text(job_id, killed))
     return 0
 

@@ -86,10 +86,12 @@ class Job:
 
         return register(self.manager, self.id, name, checkpoint, metric, mode, alias, model_fn)
 
-    def chaos(self, rank: int | None = None, node: str | None = None) -> list[dict[str, Any]]:
-        """Kill this job's worker of ``rank`` (or every one on ``node``): fault injection.
-        See :meth:`JobManager.chaos`."""
-        return self.manager.chaos(self.id, rank=rank, node=node)
+    def chaos(
+        self, rank: int | None = None, node: str | None = None, trial: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Kill this job's worker of ``rank`` (or every one on ``node``; of a sweep, in
+        ``trial``'s workers): fault injection. See :meth:`JobManager.chaos`."""
+        return self.manager.chaos(self.id, rank=rank, node=node, trial=trial)
 
     def is_sweep(self) -> bool:
         """Whether this job is a sweep (its run is a sweep's parent run)."""

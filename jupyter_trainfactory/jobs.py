@@ -356,7 +356,12 @@ class JobManager:
         return load_model_fn(fetch_payload(self.mlflow_client, job_id, run_id))
 
     def chaos(
-        self, job_id: str, rank: int | None = None, node: str | None = None, timeout: float = 60.0
+        self,
+        job_id: str,
+        rank: int | None = None,
+        node: str | None = None,
+        timeout: float = 60.0,
+        trial: int | None = None,
     ) -> list[dict[str, Any]]:
         """Kill a running job's worker process (fault injection, as acceptance tests of a
         platform do): the one of ``rank`` (None: the last rank), or with ``node`` (an IP
@@ -368,13 +373,24 @@ class JobManager:
         restarts from the latest checkpoint if ``max_failures`` allows. Returns the
         processes killed: ``[{"rank", "pid", "node"}]``.
 
-        Raises SpecError when the job is not running, the rank or node has no worker of
-        the job, or the job does not answer within ``timeout`` s.
+        A sweep's ``trial`` (its index): the request goes to that trial's child run, and
+        its recorder kills the trial's worker the same way.
+
+        Raises SpecError when the job (or trial) is not running, the rank or node has no
+        worker of the job, ``trial`` is given for a job that is not a sweep or names no
+        trial of it, or the job does not answer within ``timeout`` s.
         """
         run = self.find_run(job_id)
-        info = self.run_info(run)
-        if info.state not in (JobState.RUNNING, JobState.RESTARTING):
-            raise SpecError(f"Job {job_id} is {info.state}; chaos needs a RUNNING job.")
+        if trial is None:
+            state = self.run_info(run).state
+        else:
+            run = runreads.trial_run(
+                self.mlflow_client, self.mlflow_client.get_run(run.info.run_id), trial
+            )
+            state = run.data.tags.get(TAG.STATE, "")
+            job_id = f"{job_id} trial {trial}"
+        if state not in (JobState.RUNNING, JobState.RESTARTING):
+            raise SpecError(f"Job {job_id} is {state}; chaos needs a RUNNING job.")
         request = submission.chaos_request(rank, node)
         self.mlflow_client.log_batch(run.info.run_id, tags=_tags({TAG.CHAOS: json.dumps(request)}))
         answer = _chaos_answer(self.mlflow_client, run.info.run_id, request["id"], timeout)

@@ -383,7 +383,9 @@ class TrainMagics(Magics, Configurable):
 
     def _cmd_chaos(self, ns) -> None:
         job_id = self._job_id(ns)
-        killed = self._manager(ns).chaos(job_id, rank=ns.kill_worker, node=ns.kill_node)
+        killed = self._manager(ns).chaos(
+            job_id, rank=ns.kill_worker, node=ns.kill_node, trial=ns.trial
+        )
         print(chaos_text(job_id, killed))
 
     def _cmd_stop(self, ns) -> None:

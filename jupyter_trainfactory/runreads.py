@@ -102,6 +102,21 @@ def sweep_children(mlflow_client, parent, max_results: int = 1000) -> list:
     )
 
 
+def trial_run(mlflow_client, parent, index: int):
+    """The child run of trial ``index`` of sweep run ``parent``.
+
+    Raises SpecError when ``parent`` is not a sweep's run or has no such trial (yet)."""
+    from .spec_values import SpecError
+
+    job_id = parent.data.tags.get(TAG.JOB_ID, "")
+    if TAG.SWEEP not in parent.data.tags:
+        raise SpecError(f"Job {job_id} is not a sweep; --trial names a sweep's trial.")
+    for child in sweep_children(mlflow_client, parent):
+        if child.data.tags.get(TAG.TRIAL_INDEX) == str(index):
+            return child
+    raise SpecError(f"Sweep {job_id} has no trial {index} (yet); its leaderboard lists them.")
+
+
 def open_children(mlflow_client, parent) -> list[str]:
     """The ids of sweep run ``parent``'s child runs still RUNNING."""
     return [

@@ -24,7 +24,7 @@ def shell(manager):
     ip = ipython_shell()
     ip.run_line_magic("load_ext", "jupyter_trainfactory")
     ip.user_ns.update(sweep_loop=sweep_loop, linear_model=linear_model, steps_30={"steps": 30})
-    ip.user_ns["long_checkpointed"] = {"steps": 60, "sleep": 0.3, "checkpoint": True}
+    ip.user_ns["long_checkpointed"] = {"steps": 100, "sleep": 0.2, "checkpoint": True}
     return ip
 
 
@@ -118,7 +118,7 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
     job = shell.run_line_magic(
         "train",
         "sweep sweep_loop --param lr=grid(0.01,0.02,0.03) --trials 1 --concurrent 2 --metric val_loss"
-        " --workers 1 --scheduler fifo --config long_checkpointed",
+        " --workers 1 --scheduler fifo --config long_checkpointed --max-failures 1",
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # both first trials have reported
@@ -128,6 +128,14 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
         time.sleep(2)
     else:
         pytest.fail(f"the trials did not report: {job.logs(tail=40)}")
+    # a fault in one trial: its worker group restarts from its checkpoint, no new run
+    with pytest.raises(UsageError, match="has no trial 7"):
+        shell.run_line_magic("train", f"chaos {job.id} --kill-worker --trial 7")
+    shell.run_line_magic("train", f"chaos {job.id} --kill-worker --trial 0")
+    (hit,) = [c for c in _children(mlflow_client, job) if c.data.tags[TAG.TRIAL_INDEX] == "0"]
+    while mlflow_client.get_run(hit.info.run_id).data.metrics.get("faults/restarts") != 1:
+        assert time.monotonic() < deadline + 120, job.logs(tail=40)
+        time.sleep(1)
     shell.run_line_magic("train", f"stop {job.id}")
     assert job.wait(timeout=180) == "STOPPED", job.logs(tail=60)
     children = _children(mlflow_client, job)
@@ -160,8 +168,10 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
     for child in children:
         assert child.info.status == "FINISHED", child.data.tags
         history = mlflow_client.get_metric_history(child.info.run_id, "val_loss")
-        assert sorted(p.step for p in history) == list(range(60)), child.data.tags[TAG.TRIAL]
+        assert sorted(p.step for p in history) == list(range(100)), child.data.tags[TAG.TRIAL]
         trial = child.data.tags[TAG.TRIAL]
+        if child.info.run_id == hit.info.run_id:
+            assert child.data.metrics["faults/restarts"] == 1
         starts = mlflow_client.get_metric_history(child.info.run_id, "start")
         if trial in stopped:  # went on after its own checkpoint: it did not start again
             assert child.data.tags[TAG.RESUMES] == "1"
