@@ -24,6 +24,18 @@ RESULTS = UI_TESTS / "test-results"
 BIN = Path(sys.executable).parent
 
 
+def this_trees_panel(root: Path) -> str:
+    """A ``JUPYTER_PATH`` whose first ``labextensions`` holds this tree's build of the
+    panel: JupyterLab takes the first extension of a name it finds on its path."""
+    import jupyter_trainfactory
+
+    built = Path(jupyter_trainfactory.__file__).parent / "labextension"
+    assert (built / "package.json").is_file(), "build the panel: `jlpm build` in labextension"
+    (root / "labextensions").mkdir(parents=True)
+    (root / "labextensions" / "jupyter-trainfactory").symlink_to(built)
+    return os.pathsep.join(p for p in (str(root), os.environ.get("JUPYTER_PATH", "")) if p)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,7 +14,15 @@ import subprocess
 
 import nbformat
 import pytest
-from browser import BIN, browser_env, free_port, jupyter_lab, playwright, screenshots
+from browser import (
+    BIN,
+    browser_env,
+    free_port,
+    jupyter_lab,
+    playwright,
+    screenshots,
+    this_trees_panel,
+)
 
 SETUP = """\
 %load_ext jupyter_trainfactory
@@ -75,7 +83,13 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
     )
     _notebook(tmp_path / "dashboard-nb7.ipynb", SETUP, LAUNCH)  # Notebook 7 opens it at the root
     _notebook(tmp_path / "sweep-lab.ipynb", SWEEP_SETUP, SWEEP, "sweep.wait(timeout=300)")
-    env = browser_env(services.home, tmp_path, free_port(), TF_NOTEBOOKS=str(sources))
+    env = browser_env(
+        services.home,
+        tmp_path,
+        free_port(),
+        TF_NOTEBOOKS=str(sources),
+        JUPYTER_PATH=this_trees_panel(tmp_path / "jupyter"),  # the panel built from this tree
+    )
     with jupyter_lab(env, tmp_path / "jupyterlab.log"):
         playwright("dashboard.spec.ts", env, timeout=840)
         shots = screenshots()  # each Playwright run starts a fresh test-results/
@@ -85,7 +99,7 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
         shots |= screenshots()
     expected = {"dashboard-running.png", "dashboard-ended.png", "dashboard-attach.png"}
     expected |= {"dashboard-summary.png", "nb7-running.png", "nb7-ended.png", "reliability.png"}
-    expected |= {"sweep-running.png", "sweep-ended.png"}
+    expected |= {"sweep-running.png", "sweep-ended.png", "panel-sweep.png"}
     assert expected <= shots
 
     # the saved notebook keeps the summary as HTML, in the launch cell's outputs

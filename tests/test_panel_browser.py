@@ -9,29 +9,23 @@ and saves a screenshot of each.
 JupyterLab serves the side panel built next to the imported package (this tree's
 ``jupyter_trainfactory/labextension``), ahead of the one the environment installed."""
 
-import os
-from pathlib import Path
-
 import cloudpickle
 import pytest
 import train_fns
-from browser import UI_TESTS, browser_env, free_port, jupyter_lab, playwright, screenshots
+from browser import (
+    UI_TESTS,
+    browser_env,
+    free_port,
+    jupyter_lab,
+    playwright,
+    screenshots,
+    this_trees_panel,
+)
 
-import jupyter_trainfactory
 from jupyter_trainfactory import launch
 from jupyter_trainfactory.tracking import TAG
 
 cloudpickle.register_pickle_by_value(train_fns)  # the cluster cannot import tests/
-
-
-def this_trees_panel(root: Path) -> str:
-    """A ``JUPYTER_PATH`` whose first ``labextensions`` holds this tree's build of the
-    panel: JupyterLab takes the first extension of a name it finds on its path."""
-    built = Path(jupyter_trainfactory.__file__).parent / "labextension"
-    assert (built / "package.json").is_file(), "build the panel: `jlpm build` in labextension"
-    (root / "labextensions").mkdir(parents=True)
-    (root / "labextensions" / "jupyter-trainfactory").symlink_to(built)
-    return os.pathsep.join(p for p in (str(root), os.environ.get("JUPYTER_PATH", "")) if p)
 
 
 @pytest.mark.job

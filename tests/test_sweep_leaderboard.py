@@ -6,7 +6,7 @@ import json
 
 from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 
-from jupyter_trainfactory.sweeps.leaderboard import leaderboard_html, sweep_view
+from jupyter_trainfactory.sweeps.leaderboard import leaderboard_html, panel_trials, sweep_view
 from jupyter_trainfactory.tracking import TAG
 
 
@@ -94,3 +94,33 @@ def test_html_highlights_the_best_row_and_names_early_stops():
     assert "early-stop" in text
     assert "2/4 trials done (1 stopped early)" in text
     assert "best val_loss 0.3 (trial 1)" in text
+
+
+def test_panel_trials_come_from_the_runs_latest_values_best_first():
+    parent, children, _ = _sweep(mode="max")
+    latest = {"c0": 0.8, "c1": 0.3}  # c2 has reported nothing yet
+    children = [
+        _run(
+            c.info.run_id,
+            c.data.tags,
+            {"config.lr": c.data.params["config.lr"]},
+            {
+                "cost/usd": 0.5,
+                **({"val_loss": latest[c.info.run_id]} if c.info.run_id in latest else {}),
+            },
+        )
+        for c in children
+    ]
+    rows = panel_trials(parent, children)
+    assert [r["index"] for r in rows] == [0, 1, 2]  # max: highest first, no value last
+    assert rows[0] == {
+        "index": 0,
+        "params": "lr=0.01",
+        "state": "STOPPED",
+        "reason": "early-stop",
+        "metric": "val_loss",
+        "value": 0.8,
+        "cost_usd": 0.5,
+        "run_id": "c0",
+    }
+    assert rows[2]["value"] is None

@@ -149,7 +149,13 @@ class TrainingJobsManager:
                 return experiment_id
         return self._experiments[experiment_id]
 
-    def job_model(self, info: JobInfo, metrics: dict[str, float], experiment: str) -> JobModel:
+    def job_model(
+        self,
+        info: JobInfo,
+        metrics: dict[str, float],
+        experiment: str,
+        trials: list[dict[str, Any]] | None = None,
+    ) -> JobModel:
         """The panel's view of one job.
 
         Keys: ``id``, ``name``, ``owner``, ``experiment``, ``state``, ``step``,
@@ -158,7 +164,9 @@ class TrainingJobsManager:
         ``ettr`` (0..1), ``checkpoint_step``, ``restarts``, ``resumes``, ``started`` and
         ``ended`` (s since the epoch), ``run_url`` (direct), ``run_link`` (through this
         server's proxy), ``detail`` (error or stop reason), ``history`` (recent
-        ``[t, throughput, utilization]`` points). Values not recorded are None.
+        ``[t, throughput, utilization]`` points), ``trials`` (a sweep's trial rows,
+        :func:`~jupyter_trainfactory.sweeps.leaderboard.panel_trials`; None for a job).
+        Values not recorded are None.
         """
         throughput, unit = _throughput(metrics)
         utilization, kind = _utilization(metrics)
@@ -194,6 +202,7 @@ class TrainingJobsManager:
             ),
             "detail": info.error or info.reason or info.stall,
             "history": [list(p) for p in history],
+            "trials": trials,
         }
 
     def _read_jobs(self, all_users: bool, limit: int) -> list[JobModel]:
@@ -210,6 +219,7 @@ class TrainingJobsManager:
                 jm.run_info(run),
                 runreads.current_metrics(run),
                 self._experiment_name(jm, run.info.experiment_id),
+                _trials(jm, run),
             )
             for run in runs
         ]
@@ -221,6 +231,7 @@ class TrainingJobsManager:
             jm.run_info(run),
             runreads.current_metrics(run),
             self._experiment_name(jm, run.info.experiment_id),
+            _trials(jm, run),
         )
 
     # -- the REST verbs -------------------------------------------------------------
@@ -360,6 +371,15 @@ def given_or_running(name: str, running: set[str], manager: TrainingJobsManager)
     """Whether service ``name`` is configured remotely or runs locally."""
     given = manager.address if name == "ray" else manager.tracking_uri
     return given is not None or name in running
+
+
+def _trials(jm: JobManager, run) -> list[dict[str, Any]] | None:
+    """A sweep's trial rows for the panel (one search for its children); None for a job."""
+    if tracking.TAG.SWEEP not in run.data.tags:
+        return None
+    from ..sweeps.leaderboard import panel_trials
+
+    return panel_trials(run, runreads.sweep_children(jm.mlflow_client, run))
 
 
 def _outage(what: str, where: str, exc: BaseException) -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "TrialRow",
     "leaderboard_html",
     "leaderboard_text",
+    "panel_trials",
     "read_sweep",
     "sweep_view",
 ]
@@ -143,6 +144,34 @@ def sweep_view(
         cost=sum(r.cost or 0.0 for r in rows),
         elapsed_s=max(end - start, 0.0),
     )
+
+
+def panel_trials(parent, children: list) -> list[dict[str, Any]]:
+    """The side panel's rows of a sweep's trials (from the runs alone, no history read):
+    ``index``, ``params`` (``"lr=0.01 hidden=64"``), ``state``, ``reason``, ``metric``
+    and its latest ``value`` (None before a report), ``cost_usd``, ``run_id``; best
+    first by that value (the sweep's mode), trials without one last, then by index."""
+    settings = json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}")
+    metric, mode = settings.get("metric", ""), settings.get("mode", "min")
+    keys = list(settings.get("space_text", {}))
+    rows = []
+    for child in children:
+        tags, params = child.data.tags, child.data.params
+        rows.append(
+            {
+                "index": int(tags.get(TAG.TRIAL_INDEX, "0")),
+                "params": " ".join(f"{k}={params.get(f'config.{k}', '')}" for k in keys),
+                "state": tags.get(TAG.STATE, "PENDING"),
+                "reason": tags.get(TAG.REASON, ""),
+                "metric": metric,
+                "value": _value(child.data.metrics.get(metric)),
+                "cost_usd": _value(child.data.metrics.get("cost/usd")),
+                "run_id": child.info.run_id,
+            }
+        )
+    sign = 1 if mode == "min" else -1
+    rows.sort(key=lambda r: (r["value"] is None, sign * (r["value"] or 0.0), r["index"]))
+    return rows
 
 
 def read_sweep(mlflow_client, run_id: str) -> SweepView:

@@ -1,31 +1,40 @@
 /** The job table: its header and one row per job, a cell per column (panel.ts supplies the actions cell). */
 
-import { columnCell, headerRow } from './columns';
+import { COLUMNS, columnCell, headerRow } from './columns';
 import { el } from './dom';
 import {
   formatCost,
   formatCount,
   formatDuration,
   formatEttr,
+  formatNumber,
   formatPercent,
   formatRate,
   formatTime,
   MISSING
 } from './format';
 import { sparkline } from './sparkline';
-import { IJob } from './types';
+import { IJob, ITrial } from './types';
 
 /** The cell of the `actions` column for one job. */
 export type ActionsCell = (job: IJob) => HTMLTableCellElement;
+
+/** Which sweeps show their trials' rows, and the click that opens or closes one. */
+export interface IExpansion {
+  isOpen(id: string): boolean;
+  toggle(id: string): void;
+}
 
 /**
  * A `table.jp-tf-table` of `jobs`, in their order, or null when there are none.
  *
  * @param actionsOf - builds each row's last cell (its stop, resume, MLflow and copy).
+ * @param expansion - which sweeps show a `tr.jp-tf-trial` per trial under their row.
  */
 export function jobTable(
   jobs: IJob[],
-  actionsOf: ActionsCell
+  actionsOf: ActionsCell,
+  expansion?: IExpansion
 ): HTMLTableElement | null {
   if (jobs.length === 0) {
     return null;
@@ -33,17 +42,27 @@ export function jobTable(
   const table = el('table', 'jp-tf-table');
   table.append(el('thead'), el('tbody'));
   table.tHead!.append(headerRow());
-  table.tBodies[0].append(...jobs.map(job => jobRow(job, actionsOf)));
+  table.tBodies[0].append(
+    ...jobs.flatMap(job => {
+      const row = jobRow(job, actionsOf, expansion);
+      const open = job.trials && expansion?.isOpen(job.id);
+      return open ? [row, ...job.trials!.map(t => trialRow(job, t))] : [row];
+    })
+  );
   return table;
 }
 
 /** One `tr.jp-tf-row` with its `data-job-id`: a cell per column, in COLUMNS' order. */
-export function jobRow(job: IJob, actionsOf: ActionsCell): HTMLTableRowElement {
+export function jobRow(
+  job: IJob,
+  actionsOf: ActionsCell,
+  expansion?: IExpansion
+): HTMLTableRowElement {
   const row = el('tr', 'jp-tf-row');
   row.dataset.jobId = job.id;
   const history = job.history || [];
   row.append(
-    nameCell(job),
+    nameCell(job, expansion),
     stateCell(job),
     columnCell('step', formatCount(job.step)),
     withSpark(
@@ -74,15 +93,65 @@ export function jobRow(job: IJob, actionsOf: ActionsCell): HTMLTableRowElement {
   return row;
 }
 
-/** The job's name above its id; the tooltip is its detail, else both. */
-function nameCell(job: IJob): HTMLTableCellElement {
+/**
+ * The job's name above its id; the tooltip is its detail, else both. A sweep's also
+ * has the `button.jp-tf-expand` that shows or hides its trials.
+ */
+function nameCell(job: IJob, expansion?: IExpansion): HTMLTableCellElement {
   const name = columnCell('job');
   name.append(
     el('div', 'jp-tf-name', job.name || job.id),
     el('div', 'jp-tf-id', job.id)
   );
   name.title = job.detail || `${job.name || job.id} (${job.id})`;
+  if (job.trials && expansion) {
+    const open = expansion.isOpen(job.id);
+    const n = job.trials.length;
+    const button = el(
+      'button',
+      'jp-tf-button jp-tf-expand',
+      `${open ? '\u25BE' : '\u25B8'} ${n} trial${n === 1 ? '' : 's'}`
+    );
+    button.setAttribute('aria-expanded', String(open));
+    button.title = open ? "Hide the sweep's trials" : "Show the sweep's trials";
+    button.onclick = () => expansion.toggle(job.id);
+    name.append(button);
+  }
   return name;
+}
+
+/**
+ * One `tr.jp-tf-trial` under its sweep's row (`data-job-id` the sweep's, `data-trial`
+ * its index): the trial and its params, its state with the metric's latest value under
+ * it, that value and its cost in their columns; stop and resume are the sweep's.
+ */
+export function trialRow(job: IJob, trial: ITrial): HTMLTableRowElement {
+  const row = el('tr', 'jp-tf-row jp-tf-trial');
+  row.dataset.jobId = job.id;
+  row.dataset.trial = String(trial.index);
+  const value = `${trial.metric} ${formatNumber(trial.value)}`;
+  const name = columnCell('job');
+  name.append(
+    el('div', 'jp-tf-name', `trial ${trial.index}`),
+    el('div', 'jp-tf-id', trial.params)
+  );
+  const state = columnCell('state');
+  const early = trial.reason === 'early-stop';
+  const badge = el(
+    'span',
+    `jp-tf-state jp-tf-state-${trial.state.toLowerCase()}`,
+    early ? 'EARLY STOP' : trial.state
+  );
+  badge.title = early ? 'stopped early by the scheduler' : trial.reason;
+  state.append(badge, el('div', 'jp-tf-step-under', value));
+  const cells: Record<string, HTMLTableCellElement> = {
+    job: name,
+    state,
+    throughput: columnCell('throughput', value),
+    cost: columnCell('cost', formatCost(trial.cost_usd))
+  };
+  row.append(...COLUMNS.map(c => cells[c.key] ?? columnCell(c.key)));
+  return row;
 }
 
 /** The state's badge and, for narrow panels where the step column hides, the step under it. */

@@ -7,7 +7,7 @@ import { IPanelActions } from './actions';
 import { el } from './dom';
 import { JobFilters } from './filters';
 import { iconOf } from './glyphs';
-import { jobTable } from './jobTable';
+import { IExpansion, jobTable } from './jobTable';
 import { JobsModel, messageOf, RELIABILITY_SINCE } from './model';
 import { renderReliability } from './reliabilityLine';
 import { RowActions } from './rowActions';
@@ -127,8 +127,10 @@ export class JobsPanel extends Widget {
       this._message.classList.add('jp-tf-empty');
       this._message.textContent = 'No job matches the filter.';
     }
-    const table = jobTable(model.visibleJobs, job =>
-      this._rowActions.cell(job)
+    const table = jobTable(
+      model.visibleJobs,
+      job => this._rowActions.cell(job),
+      this._expansion
     );
     this._tableBox.replaceChildren(...(table ? [table] : []));
     renderReliability(
@@ -140,6 +142,17 @@ export class JobsPanel extends Widget {
     );
   }
 
+  /** The sweeps whose trials show, kept across renders. */
+  private _open = new Set<string>();
+  private _expansion: IExpansion = {
+    isOpen: id => this._open.has(id),
+    toggle: id => {
+      if (!this._open.delete(id)) {
+        this._open.add(id);
+      }
+      this._render();
+    }
+  };
   private _servicesLine = el('div');
   private _message = el('div', 'jp-tf-message');
   private _tableBox = el('div');

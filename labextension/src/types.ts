@@ -40,6 +40,23 @@ export interface IJob {
   detail: string;
   /** Recent `[t (s), throughput, utilization]` points. */
   history: Array<[number, number | null, number | null]>;
+  /** A sweep's trials, best first (null or absent for a job). */
+  trials?: ITrial[] | null;
+}
+
+/** One trial of a sweep (jupyter_trainfactory/sweeps/leaderboard.py `panel_trials`). */
+export interface ITrial {
+  index: number;
+  /** The sampled values as text: `lr=0.01 hidden=64`. */
+  params: string;
+  state: JobState;
+  /** `early-stop` for a trial ASHA stopped; else the stop or failure reason. */
+  reason: string;
+  /** The sweep's metric and its latest value (null before a report). */
+  metric: string;
+  value: number | null;
+  cost_usd: number | null;
+  run_id: string;
 }
 
 /** One service row of `GET trainfactory/services`. */

@@ -154,6 +154,56 @@ describe('JobsPanel', () => {
     expect(actions.copied).toEqual(['%train attach tf-00000001']);
   });
 
+  it("opens a sweep's row into its trials, best first, and closes it", async () => {
+    const trial = (index: number, value: number | null, reason = '') => ({
+      index,
+      params: `lr=${index / 100}`,
+      state: reason ? ('STOPPED' as const) : ('RUNNING' as const),
+      reason,
+      metric: 'val_loss',
+      value,
+      cost_usd: 0.0012,
+      run_id: `run${index}`
+    });
+    const { model, panel } = setup([
+      job({
+        id: 'tf-00000001',
+        trials: [trial(1, 0.25), trial(3, 0.5, 'early-stop'), trial(2, null)]
+      }),
+      job({ id: 'tf-00000002' })
+    ]);
+    await model.refresh();
+    const trials = () =>
+      Array.from(panel.node.querySelectorAll<HTMLElement>('tr.jp-tf-trial'));
+    const button = () =>
+      panel.node.querySelector<HTMLButtonElement>(
+        'tr[data-job-id="tf-00000001"] .jp-tf-expand'
+      )!;
+    expect(trials()).toHaveLength(0);
+    expect(button().textContent).toBe('\u25B8 3 trials');
+    expect(
+      panel.node.querySelector('tr[data-job-id="tf-00000002"] .jp-tf-expand')
+    ).toBeNull(); // a job has no trials to show
+    button().click();
+    expect(trials().map(r => r.dataset.trial)).toEqual(['1', '3', '2']);
+    expect(button().getAttribute('aria-expanded')).toBe('true');
+    const [first, second] = trials();
+    expect(first.textContent).toContain('lr=0.01');
+    expect(first.textContent).toContain('val_loss 0.25');
+    expect(second.querySelector('.jp-tf-state')!.textContent).toBe(
+      'EARLY STOP'
+    );
+    // the rows sit between the sweep's row and the next job's, and stay open on refresh
+    const ids = Array.from(
+      panel.node.querySelectorAll<HTMLElement>('tbody tr')
+    ).map(r => r.dataset.trial ?? r.dataset.jobId);
+    expect(ids).toEqual(['tf-00000001', '1', '3', '2', 'tf-00000002']);
+    await model.refresh();
+    expect(trials()).toHaveLength(3);
+    button().click();
+    expect(trials()).toHaveLength(0);
+  });
+
   it('filters rows by state', async () => {
     const { model, panel } = setup([
       job({ id: 'tf-00000001', state: 'RUNNING' }),

@@ -11,7 +11,7 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
   page
 }, testInfo) => {
   test.setTimeout(480_000);
-  await page.goto('lab/tree/sweep-lab.ipynb');
+  await page.goto('lab/tree/sweep-lab.ipynb?reset'); // this notebook alone, not the earlier specs' tabs
   const cells = page.locator('.jp-Notebook .jp-Cell');
   await expect(cells.first()).toBeVisible({ timeout: 120_000 });
   await runByKeyboard(cells, 0);
@@ -35,4 +35,19 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
   await expect(best).toHaveAttribute('style', /background/);
   await expect(output).not.toContainText('Error displaying widget');
   await output.screenshot({ path: testInfo.outputPath('sweep-ended.png') });
+
+  // The side panel: the sweep is one row; its button opens a row per trial, best first.
+  await page.evaluate(() =>
+    (window as any).jupyterapp.commands.execute('trainfactory:open-jobs')
+  );
+  const panel = page.locator('#jupyter-trainfactory-jobs');
+  const expand = panel.locator('tr.jp-tf-row .jp-tf-expand').first();
+  await expect(expand).toHaveText('\u25B8 2 trials', { timeout: 90_000 });
+  await expand.click();
+  const trials = panel.locator('tr.jp-tf-trial');
+  await expect(trials).toHaveCount(2);
+  await expect(trials.first()).toContainText('lr=0.01');
+  await expect(trials.first().locator('.jp-tf-state')).toHaveText('SUCCEEDED');
+  await expect(trials.first()).toContainText('loss 0.');
+  await panel.screenshot({ path: testInfo.outputPath('panel-sweep.png') });
 });
