@@ -18,11 +18,33 @@ from jupyter_trainfactory.telemetry.goodput import Segment
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.decisions import Decision
 
-__all__ = ["STOP_ALLOWANCE_S", "CostMeter"]
+__all__ = ["STOP_ALLOWANCE_S", "CostMeter", "projected_spend"]
 
 #: Seconds a graceful stop takes after its checkpoint (the driver ends the job, the
 #: recorder writes the last points), while the resources are still held and billed.
 STOP_ALLOWANCE_S = 10.0
+
+
+def projected_spend(
+    spent: float,
+    rate_per_h: float,
+    times: list[float],
+    now: float,
+    allowance_s: float = STOP_ALLOWANCE_S,
+) -> float:
+    """What a job will have spent (``spent``'s currency) at the checkpoint after its next
+    one, plus ``allowance_s``, at ``rate_per_h`` (per hour): a graceful stop asked now
+    ends at its next checkpoint, so this is the cost that stop can reach.
+
+    ``times``: the job's start, then each checkpoint's time (s since the epoch); the next
+    checkpoint is one interval (the last between two checkpoints; before two, the time
+    since the start; at least 1 s) after the last, rolled past ``now``."""
+    interval = max(1.0, times[-1] - times[-2] if len(times) >= 2 else now - times[0])
+    next_at = times[-1] + interval
+    if next_at < now:  # checkpoints came late: the next is due an interval on
+        next_at += math.ceil((now - next_at) / interval) * interval
+    ahead_s = next_at - now + interval + allowance_s
+    return spent + rate_per_h * ahead_s / 3600.0
 
 
 class CostMeter:
@@ -136,13 +158,7 @@ class CostMeter:
         if not self.budget or self._budget_hit or self._held is None:
             return False
         times = [self._held[0], *self._saved_at]  # the start, then every checkpoint
-        # the last interval between checkpoints; before two, the time taken so far
-        interval = max(1.0, times[-1] - times[-2] if len(times) >= 2 else now - times[0])
-        next_at = times[-1] + interval
-        if next_at < now:  # checkpoints came late: the next is due an interval on
-            next_at += math.ceil((now - next_at) / interval) * interval
-        ahead_s = next_at - now + interval + STOP_ALLOWANCE_S
-        projected = spent + rate_per_h * ahead_s / 3600.0
+        projected = projected_spend(spent, rate_per_h, times, now)
         self._budget_hit = math.isfinite(projected) and projected > self.budget
         return self._budget_hit
 

@@ -208,17 +208,20 @@ def build_tuner(meta: dict[str, Any], fn: Any, space: dict[str, Any], record, re
 
 
 def _watch_stop(record, resting, done: threading.Event) -> None:
-    """Every :data:`STOP_POLL_S` s, read the sweep's stop request; once every open trial
-    rests (or the stop's grace is over), interrupt Tune (:data:`INTERRUPT`)."""
+    """Every :data:`STOP_POLL_S` s, check the sweep's budget (over it: a stop, reason
+    ``budget``) and read its stop request; once every open trial rests (or the stop's
+    grace is over), interrupt Tune (:data:`INTERRUPT`)."""
     while not done.wait(STOP_POLL_S):
         try:
+            if record.over_budget(time.time()):
+                record.stop_for_budget()
             if not record.poll_stop():
                 continue
         except Exception as exc:  # the tracking server away: ask again later
             print(f"trainfactory: reading the stop request: {exc}", flush=True)
             continue
         while not resting.empty():
-            record.rested.add(resting.get())
+            record.rest(resting.get())
         if record.at_rest():
             print("trainfactory: every running trial rests at a checkpoint", flush=True)
             os.kill(os.getpid(), INTERRUPT)

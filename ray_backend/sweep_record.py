@@ -87,6 +87,11 @@ class SweepRecord:
         self.stop_asked_at: float | None = None  # time.monotonic() of the request
         self.rested: set[str] = set()  # keys of trials stopped at a checkpoint, waiting
         self.resume = int(meta.get("resume", 0))
+        from ray_backend.driver import job_spec
+
+        self.budget = job_spec(meta).budget  # the whole sweep's (each trial has none)
+        self._opened: dict[str, float] = {}  # Tune trial id -> when its run opened (s)
+        self._checkpoints: dict[str, list[float]] = {}  # Tune trial id -> report times
         self._results = 0
         self.lock = threading.Lock()
 
@@ -158,8 +163,13 @@ class SweepRecord:
         ]
         if refs:
             self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for trial_id in left:  # their last cost counts in the sweep's
+            self._read_cost(trial_id)
         self._log_counts()
-        tags = {TAG.STATE: state, TAG.REASON: "" if state == "SUCCEEDED" else state.lower()}
+        reason = "" if state == "SUCCEEDED" else state.lower()
+        if state == "STOPPED" and self.stop_request is not None:
+            reason = self.stop_request[0]  # user, user-now, budget
+        tags = {TAG.STATE: state, TAG.REASON: reason}
         if error:
             tags[TAG.ERROR] = error[:4000]
         for key, value in tags.items():
@@ -193,6 +203,54 @@ class SweepRecord:
             recorder.request_stop.remote(reason, grace)
         return True
 
+    def over_budget(self, now: float) -> bool:
+        """Whether the sweep's ``--budget`` would pass before a stop asked now ends: the
+        ended trials' cost plus, per running trial, its cost at the checkpoint after its
+        next (:func:`ray_backend.costs.projected_spend`, at the rate its run reports).
+        Reads each running trial's run; False without a budget or once stopping."""
+        from ray_backend.costs import projected_spend
+
+        if not self.budget or self.stop_request is not None:
+            return False
+        with self.lock:
+            running = {t: self.children.get(t) for t in self._recorders}
+            closed = sum(v for t, v in self.costs.items() if t not in running)
+            times = {t: [self._opened.get(t, now), *self._checkpoints.get(t, [])] for t in running}
+        total = closed
+        for trial_id, run_id in running.items():
+            metrics = self.client.get_run(run_id).data.metrics if run_id else {}
+            total += projected_spend(
+                metrics.get("cost/usd", 0.0),
+                metrics.get("cost/rate_per_h", 0.0),
+                times[trial_id],
+                now,
+            )
+        return total > self.budget
+
+    def stop_for_budget(self) -> None:
+        """Ask the sweep to stop (reason ``budget``) as ``%train stop`` does: through the
+        parent run, read back by :meth:`poll_stop`."""
+        from jupyter_trainfactory.tracking import TAG
+
+        print(
+            f"trainfactory: the sweep's budget {self.budget:g} would be passed before its"
+            f" trials' next checkpoints ({sum(self.costs.values()):.4f} spent by ended trials);"
+            " stopping at them",
+            flush=True,
+        )
+        self.client.set_tag(self.parent, TAG.STOP, "budget")
+        self.client.set_tag(self.parent, TAG.STOP_GRACE, "300")
+
+    def rest(self, key: str) -> None:
+        """Trial ``key`` stopped at a checkpoint and waits for the sweep to end: close its
+        run now (``KILLED``, ``STOPPED`` with the stop's reason), so that its cost ends
+        with its workers, not when Tune's loop has wound down."""
+        with self.lock:
+            self.rested.add(key)
+            job = self._meta["job_id"]
+            for trial_id in [t for t in self._recorders if trial_key(job, trial_index(t)) == key]:
+                self._close(trial_id, "KILLED", "STOPPED", reason=None, error="")
+
     def at_rest(self) -> bool:
         """Whether the stopping sweep can end now: every open trial rests at a
         checkpoint, or the stop's grace period is over."""
@@ -205,7 +263,8 @@ class SweepRecord:
 
     # -- the trials ------------------------------------------------------------------
     def _trial_meta(self, key: str, run_id: str, config: dict) -> dict[str, Any]:
-        return {**self._meta, "job_id": key, "run_id": run_id, "config": config}
+        spec = {**self._meta["spec"], "budget": None}  # the budget is the sweep's
+        return {**self._meta, "job_id": key, "run_id": run_id, "config": config, "spec": spec}
 
     def _find_child(self, trial_id: str) -> str | None:
         from jupyter_trainfactory.tracking import TAG
@@ -271,6 +330,7 @@ class SweepRecord:
         if fresh:
             log_params(self.client, run_id, prepare_params(spec.params()).params)
         self.children[trial_id] = run_id
+        self._opened[trial_id] = time.time()
         recorder = _start_recorder(self._ray, meta, spec)
         self._recorders[trial_id] = recorder
         if self.stop_request is not None:  # started while the sweep stops: it rests at once
@@ -308,6 +368,8 @@ class SweepRecord:
                 f" keys it reports ({', '.join(reported[:12])})."
             )
             return
+        if "checkpoint_path" in result:  # ReportsToTune: a report with a checkpoint
+            self._checkpoints.setdefault(trial.trial_id, []).append(time.time())
         value = float(result[metric])
         self._results += 1
         better = self.best is None or (
@@ -325,19 +387,16 @@ class SweepRecord:
             self.client.set_tag(self.parent, TAG.SWEEP_BEST, json.dumps(best))
 
     def complete(self, trial) -> None:
-        """Tune ended the trial without an error: its function returned (``done``), or
-        the scheduler stopped it early."""
+        """Tune ended the trial without an error: its function returned (``done``:
+        ``FINISHED``), or the scheduler stopped it early."""
         from jupyter_trainfactory.tracking import TAG
 
         last = trial.last_result or {}
         if self.error:  # the search ended on a bad report: the trial did not finish
             self._close(trial.trial_id, "FAILED", "FAILED", reason="", error=self.error)
             return
-        recorder = self._recorders.get(trial.trial_id)
-        stopped = recorder is not None and self._ray.get(recorder.stop_status.remote(), timeout=30)
-        if stopped:  # the trial obeyed the sweep's stop request (or its own budget)
-            self._close(trial.trial_id, "KILLED", "STOPPED", reason=None, error="")
-            return
+        # a trial the sweep's stop reaches rests (closed by rest()); one whose function
+        # returned ran to its end, even if a stop came during its last steps
         if trial.trial_id not in self.early_stopped:
             self._close(trial.trial_id, "FINISHED", "SUCCEEDED", reason="", error="")
             return
@@ -378,12 +437,18 @@ class SweepRecord:
             _log.warning("trial %s: closing its run failed: %s", trial_id, exc)
         finally:
             self._ray.kill(recorder)
-        run_id = self.children.get(trial_id)
-        if run_id:
-            cost = self.client.get_run(run_id).data.metrics.get("cost/usd")
-            if cost is not None:
-                self.costs[trial_id] = cost
+        self._read_cost(trial_id)
         self._log_counts()
+
+    def _read_cost(self, trial_id: str) -> None:
+        run_id = self.children.get(trial_id)
+        try:
+            cost = self.client.get_run(run_id).data.metrics.get("cost/usd") if run_id else None
+        except Exception as exc:  # the tracking server away: the total misses this trial
+            _log.warning("trial %s: its cost was not read: %s", trial_id, exc)
+            return
+        if cost is not None:
+            self.costs[trial_id] = cost
 
     # -- Tune's hooks ----------------------------------------------------------------
     def callback(self):

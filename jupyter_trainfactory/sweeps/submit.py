@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..spec import JobSpec
-from ..spec_values import SpecError
 from ..submission import JobKind
 from ..tracking import TAG
 from .space import SPACE_FILE, SweepSettings, domain_text, grid_size, parse_space
@@ -70,15 +69,10 @@ def submit_sweep(
     """Check and submit the sweep of ``fn`` over ``params`` (text or Ray Tune domains) with
     ``spec``'s worker shape and options per trial; returns its :class:`~.job.Job` (the
     parent run's). Raises SpecError (one sentence, nothing submitted) for a bad search
-    space or settings, a sweep option not supported yet, or a trial the cluster can never
-    hold. ``model_fn(checkpoint_dir) -> model`` is kept for ``register``."""
+    space or settings, or a trial the cluster can never hold. ``spec.budget`` is the
+    whole sweep's: its driver stops every trial at a checkpoint before it would pass. ``model_fn(checkpoint_dir) -> model`` is kept for ``register``."""
     settings.validate()
     space = parse_space(params)
-    if spec.budget is not None:
-        raise SpecError(
-            "--budget is not supported on a sweep yet: it would stop each trial, not the"
-            " sweep; watch the sweep's cost/usd and stop it with %train stop."
-        )
     taken = set(space) & set(spec.config)
     if taken:
         notice(
