@@ -136,6 +136,12 @@ def _add_resume(sub) -> None:
     resume.add_argument(
         "--max-failures", type=int, help="a new worker-failure budget for this submission"
     )
+    resume.add_argument(
+        "--budget",
+        type=float,
+        metavar="AMOUNT",
+        help="a new cost budget for the whole job or sweep, what it spent included",
+    )
     resume.add_argument("--wait", action="store_true", help="block until the job ends")
     _add_target(resume)
 

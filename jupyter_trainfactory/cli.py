@@ -155,7 +155,9 @@ def _logs(ns) -> int:
 
 
 def _resume(ns) -> int:
-    job = api.get_manager(**_target(ns)).resume(_job(ns), max_failures=ns.max_failures)
+    job = api.get_manager(**_target(ns)).resume(
+        _job(ns), max_failures=ns.max_failures, budget=ns.budget
+    )
     print(f"job {job.id} resumed (submission {job.info().submission_id})")
     if ns.wait:
         state = job.wait()

@@ -62,10 +62,10 @@ class Job:
         """The driver's log, or ``rank``'s worker log (see :meth:`JobManager.logs`)."""
         return self.manager.logs(self.id, tail, rank)
 
-    def resume(self, max_failures: int | None = None) -> str:
+    def resume(self, max_failures: int | None = None, budget: float | None = None) -> str:
         """Continue this STOPPED or FAILED job from its latest good checkpoint (same job
         id and MLflow run); returns its state. See :meth:`JobManager.resume`."""
-        self.manager.resume(self.id, max_failures=max_failures)
+        self.manager.resume(self.id, max_failures=max_failures, budget=budget)
         board = self._dashboard
         if board is not None and board.comm is not None:
             board.start()

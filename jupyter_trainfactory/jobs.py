@@ -284,7 +284,9 @@ class JobManager:
             },
         )
 
-    def resume(self, job_id: str, max_failures: int | None = None) -> Job:
+    def resume(
+        self, job_id: str, max_failures: int | None = None, budget: float | None = None
+    ) -> Job:
         """Continue a STOPPED or FAILED job from its latest good checkpoint (a sweep:
         Tune's restore of its search, ``ray_backend.sweep_driver``).
 
@@ -292,14 +294,18 @@ class JobManager:
         the same job id, MLflow run (reopened: status RUNNING; params are not logged
         again), storage path (Ray Train restores its checkpoint list from there, and
         ``trainfactory.get_checkpoint()`` returns the newest that verifies) and run name.
-        ``max_failures`` sets a new failure budget for this submission. The resume is
-        recorded in the tags ``trainfactory.resumes`` and ``trainfactory.resume.spec``.
+        ``max_failures`` sets a new failure budget for this submission; ``budget`` a new
+        cost budget (the catalog's currency) for the whole job or sweep, what it has
+        spent so far included (``cost/usd``). The resume is recorded in the tags
+        ``trainfactory.resumes`` and ``trainfactory.resume.spec``.
 
         Raises
         ------
         SpecError
             The job is not STOPPED or FAILED, ran on another cluster, its payload is
-            gone, or Ray refused the submission (the run is then closed as it was).
+            gone, it was stopped by its budget and ``budget`` does not raise it (it would
+            stop again at once), or Ray refused the submission (the run is then closed
+            as it was).
         """
         run = self.find_run(job_id)
         info = self.run_info(run)
@@ -321,6 +327,12 @@ class JobManager:
         changes: dict[str, Any] = {}
         if max_failures is not None:
             changes["max_failures"] = max_failures
+        if budget is not None:
+            changes["budget"] = budget
+        spent = run.data.metrics.get("cost/usd", 0.0)
+        submission.check_resume_budget(
+            job_id, tags.get(TAG.REASON), meta["spec"].get("budget"), budget, spent
+        )
         spec = JobSpec.from_dict({**meta["spec"], **changes})
         spec.validate()  # and the local checks again (working_dir, ...)
         meta["min_nodes"] = self.check(spec).min_nodes

@@ -374,7 +374,9 @@ class TrainMagics(Magics, Configurable):
         return job
 
     def _cmd_resume(self, ns):
-        job = self._manager(ns).resume(self._job_id(ns), max_failures=ns.max_failures)
+        job = self._manager(ns).resume(
+            self._job_id(ns), max_failures=ns.max_failures, budget=ns.budget
+        )
         self._last_job = job.id
         self._show(job)
         if ns.wait:

@@ -14,12 +14,14 @@ from typing import Any
 from . import tracking
 from .jobstate import RAY_TO_RUN, RESUMED, SUBMITTED, JobState
 from .spec import JobSpec, SpecError
+from .spec_values import positive_number
 from .tracking import TAG
 
 __all__ = [
     "MAX_DIFF_CHARS",
     "JobKind",
     "chaos_request",
+    "check_resume_budget",
     "diff_text",
     "job_meta",
     "new_job_id",
@@ -145,6 +147,28 @@ def reopen_tags(
         TAG.CHAOS: "",  # a fault injected into an earlier submission stays there
     }
     return submission_id, tracking.fit_tags(reopen)
+
+
+def check_resume_budget(
+    job_id: str, reason: str | None, budget: float | None, new: float | None, spent: float
+) -> None:
+    """Refuse (SpecError) a resume that its cost budget would stop at once: ``new`` (the
+    resume's ``--budget``, None: unchanged) not above ``spent`` (the job's ``cost/usd``),
+    or a job whose last stop was its ``budget`` (``reason`` ``budget``) resumed without
+    a larger one."""
+    if new is not None:
+        if not positive_number(new):
+            raise SpecError(f"budget must be a positive amount, got {new!r}.")
+        if new <= spent:
+            raise SpecError(
+                f"Job {job_id} has spent {spent:.4g}; a --budget of {new:g} would stop it"
+                " at once (give more than it has spent)."
+            )
+    elif reason == "budget" and budget:
+        raise SpecError(
+            f"Job {job_id} was stopped by its budget ({budget:g}, {spent:.4g} spent);"
+            " resume it with a larger --budget."
+        )
 
 
 def reconcile_tags(

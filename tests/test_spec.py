@@ -99,6 +99,24 @@ def test_command_parser():
             parse(line)
 
 
+def test_a_resume_that_its_budget_would_stop_at_once_is_refused():
+    from jupyter_trainfactory.submission import check_resume_budget
+
+    ns = parse("resume tf-1 --budget 0.5 --max-failures 2")
+    assert (ns.job, ns.budget, ns.max_failures) == ("tf-1", 0.5, 2)
+    check_resume_budget("tf-1", "budget", 0.4, 0.5, spent=0.38)  # raised: goes on
+    check_resume_budget("tf-1", "user", 0.4, None, spent=0.2)  # the user's stop: unchanged
+    check_resume_budget("tf-1", "budget", None, None, spent=0.2)  # no budget to hit
+    for args, message in [
+        (("budget", 0.4, None), "was stopped by its budget \\(0.4, 0.38 spent\\); resume it"),
+        (("budget", 0.4, 0.3), "has spent 0.38; a --budget of 0.3 would stop it at once"),
+        (("user", None, 0.38), "has spent 0.38"),
+        (("user", None, -1.0), "budget must be a positive amount"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            check_resume_budget("tf-1", *args, spent=0.38)
+
+
 def test_format_table():
     text = format_table([{"job": "tf-1", "state": "RUNNING"}, {"job": "tf-22", "state": "-"}])
     assert text.splitlines() == ["JOB    STATE", "tf-1   RUNNING", "tf-22  -"]
