@@ -78,7 +78,8 @@ class SweepRecord:
         self._parent_tags = run.data.tags
         self.children: dict[str, str] = {}  # Tune trial id -> child run id
         self._recorders: dict[str, Any] = {}  # Tune trial id -> its RunRecorder (open)
-        self.counts = {"finished": 0, "stopped_early": 0, "failed": 0}
+        # "stopped": trials a stop of the sweep ended, unfinished (a resume runs them on)
+        self.counts = {"finished": 0, "stopped_early": 0, "failed": 0, "stopped": 0}
         self.costs: dict[str, float] = {}
         self.best: tuple[float, str] | None = None  # (value, trial id)
         self.error = ""
@@ -118,7 +119,7 @@ class SweepRecord:
 
         parent = self.client.get_run(self.parent)
         metrics = parent.data.metrics
-        for name in self.counts:
+        for name in ("finished", "stopped_early", "failed"):  # the stopped ones go on
             self.counts[name] = int(metrics.get(f"sweep/trials_{name}", 0))
         by_index = {}
         for child in sweep_children(self.client, parent):
@@ -428,7 +429,7 @@ class SweepRecord:
         if reason == "early-stop" or status != "KILLED":
             self.counts[key] += 1
         elif reason is None:
-            self.counts["stopped"] = self.counts.get("stopped", 0) + 1
+            self.counts["stopped"] += 1
         try:
             self._ray.get(
                 recorder.finish.remote(status, state, error=error, reason=reason), timeout=330

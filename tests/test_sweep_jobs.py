@@ -144,6 +144,7 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
         assert child.data.tags.get(TAG.CKPT_STEP), child.data.tags  # stopped at a checkpoint
     parent = mlflow_client.get_run(job.run_id)
     assert parent.info.status == "KILLED" and parent.data.tags[TAG.STATE] == "STOPPED"
+    assert parent.data.metrics["sweep/trials_stopped"] == 2
     # the winner: the best trial's best checkpoint, with the way back to the sweep
     version = shell.run_line_magic(
         "train", f"register {job.id} --name sweep-best --model-fn linear_model"
@@ -160,6 +161,7 @@ def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(sh
     parent = mlflow_client.get_run(job.run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags[TAG.RESUMES] == "1"
     assert parent.data.metrics["sweep/trials_finished"] == 3
+    assert parent.data.metrics["sweep/trials_stopped"] == 0  # the stopped ones went on
     children = _children(mlflow_client, job)
     assert len(children) == 3
     for child in children:
@@ -204,3 +206,9 @@ def test_a_sweeps_budget_stops_its_trials_at_a_checkpoint_before_it_passes(
         steps = mlflow_client.get_metric_history(child.info.run_id, "val_loss")
         assert 0 < len(steps) < 100
     assert "budget 0.2 would be passed" in job.logs()
+    # its resume needs a larger budget, else it would stop again at once; nothing submitted
+    with pytest.raises(UsageError, match="stopped by its budget .* with a larger --budget"):
+        shell.run_line_magic("train", f"resume {job.id}")
+    with pytest.raises(UsageError, match="a --budget of 0.01 would stop it at once"):
+        shell.run_line_magic("train", f"resume {job.id} --budget 0.01")
+    assert job.status() == "STOPPED"
