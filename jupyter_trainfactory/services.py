@@ -443,10 +443,22 @@ def ensure_services(ray: bool = True, mlflow: bool = True) -> Services:
     return services
 
 
+#: How long the processes a service started may outlive it before they are killed (s).
+_ORPHAN_GRACE_S = 2.0
+
+
 def _terminate(proc: ServiceProcess, timeout: float = 30.0) -> bool:
-    """SIGTERM this process (checked by pid and start time), SIGKILL after ``timeout`` s."""
+    """SIGTERM this process (checked by pid and start time), SIGKILL after ``timeout`` s;
+    then SIGKILL what it had started and left running after :data:`_ORPHAN_GRACE_S` s
+    (Ray 2.60's ``RuntimeEnvAgent`` outlives ``ray start --block`` and ignores SIGTERM).
+    Only that process's own descendants, as listed before the SIGTERM (psutil checks
+    each one's start time, so a reused pid is not touched)."""
     if not proc.alive():
         return False
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
     os.kill(proc.pid, signal.SIGTERM)
     try:
         psutil.Process(proc.pid).wait(timeout)
@@ -455,6 +467,11 @@ def _terminate(proc: ServiceProcess, timeout: float = 30.0) -> bool:
             os.kill(proc.pid, signal.SIGKILL)
     except psutil.NoSuchProcess:
         pass
+    _, left = psutil.wait_procs(family, timeout=_ORPHAN_GRACE_S)
+    for child in left:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(left, timeout=_ORPHAN_GRACE_S)
     return True
 
 

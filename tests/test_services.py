@@ -2,6 +2,9 @@
 
 import os
 import stat
+import subprocess
+import sys
+import time
 import urllib.request
 
 import psutil
@@ -44,6 +47,32 @@ def test_stop_checks_the_process_start_time(services):
     assert not impostor.alive()  # same pid, other start time: another process
     assert svc._terminate(impostor) is False
     assert psutil.pid_exists(ray.pid) and ray.alive()
+
+
+#: A "service" whose child ignores SIGTERM and outlives it, as Ray's RuntimeEnvAgent does.
+_SERVICE_WITH_A_STUBBORN_CHILD = """
+import subprocess, sys, time
+child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+subprocess.Popen([sys.executable, "-c", child])
+time.sleep(600)
+"""
+
+
+def test_stop_ends_what_the_service_left_behind():
+    parent = subprocess.Popen([sys.executable, "-c", _SERVICE_WITH_A_STUBBORN_CHILD])
+    deadline = time.monotonic() + 30
+    while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (child,) = psutil.Process(parent.pid).children()
+    try:
+        started = psutil.Process(parent.pid).create_time()
+        assert svc._terminate(svc.ServiceProcess("ray", parent.pid, started, "", "")) is True
+        parent.wait(timeout=10)
+        assert not child.is_running()
+    finally:
+        for proc in (child, psutil.Process(parent.pid) if parent.poll() is None else None):
+            if proc is not None and proc.is_running():
+                proc.kill()
 
 
 def test_describe_lists_urls_and_pids(services):
