@@ -57,6 +57,12 @@ HOST = "127.0.0.1"
 #: the fleet's runs (``runreads.search_job_runs_sliced``) are served at once while a
 #: job's recorder writes; SQLite in WAL mode lets readers and one writer go together.
 MLFLOW_WORKERS = 2
+#: Seconds an MLflow server worker may leave uvicorn's health check unanswered before its
+#: supervisor kills it (uvicorn's ``--timeout-worker-healthcheck``, 5 s by default). On a
+#: small machine under load (a job's workers, its recorder and a notebook on two cores) a
+#: busy worker missed the 5 s, was killed, and the request it was serving ended in
+#: "Connection reset by peer"; a worker that is really hung is still replaced.
+MLFLOW_HEALTHCHECK_TIMEOUT_S = 60
 #: Ray refuses Unix socket paths longer than 107 bytes (``sockaddr_un.sun_path``);
 #: its session directory adds about 70 bytes below ``--temp-dir``.
 _MAX_RAY_TEMP_DIR = 36
@@ -328,6 +334,8 @@ def _start_mlflow(home: Path) -> ServiceProcess:
         str(port),
         "--workers",
         str(MLFLOW_WORKERS),
+        "--uvicorn-opts",
+        f"--timeout-worker-healthcheck {MLFLOW_HEALTHCHECK_TIMEOUT_S}",
         "--backend-store-uri",
         f"sqlite:///{db}",
         "--artifacts-destination",

@@ -25,6 +25,22 @@ def ipython_shell():
     return globalipapp.get_ipython()
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_request_settings():
+    """A RunRecorder turns the MLflow client's own retries off in its process (a job's
+    recorder actor, which retries by itself); one built in this process by a test must not
+    leave every later test's requests without them (CI: one connection reset failed a sweep
+    test). The variables are put back as they were after each test."""
+    names = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
+    before = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def services():
     from jupyter_trainfactory import services as svc
