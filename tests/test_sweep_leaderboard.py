@@ -6,7 +6,12 @@ import json
 
 from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 
-from jupyter_trainfactory.sweeps.leaderboard import leaderboard_html, panel_trials, sweep_view
+from jupyter_trainfactory.sweeps.leaderboard import (
+    leaderboard_html,
+    panel_trials,
+    param_text,
+    sweep_view,
+)
 from jupyter_trainfactory.tracking import TAG
 
 
@@ -124,3 +129,23 @@ def test_panel_trials_come_from_the_runs_latest_values_best_first():
         "run_id": "c0",
     }
     assert rows[2]["value"] is None
+
+
+def test_long_float_params_and_tiny_costs_are_shortened_for_the_table():
+    assert param_text("0.006940721493676259") == "0.006941"
+    assert param_text("0.01") == "0.01" and param_text("128") == "128"
+    assert param_text("adamw") == "adamw" and param_text("1e-05") == "1e-05"
+    parent, children, histories = _sweep(state="SUCCEEDED")
+    children[0] = _run(
+        children[0].info.run_id,
+        children[0].data.tags,
+        {"config.lr": "0.006940721493676259"},
+        {"cost/usd": 8.311e-05},
+    )
+    children[1] = _run(
+        children[1].info.run_id, children[1].data.tags, {"config.lr": "0.02"}, {"cost/usd": 3e-06}
+    )
+    text = leaderboard_html(sweep_view(parent, children, histories, now=1100.0))
+    assert "0.006941" in text and "0.0069407" not in text
+    assert ">0.0001<" in text and "&lt;0.0001" in text and "e-0" not in text
+    assert "lr=0.006941" in [r["params"] for r in panel_trials(parent, children)]

@@ -112,10 +112,12 @@ class PlotGrid:
         x_label: str,
         y_label: str | None = None,
         line: str = "",
+        legend_at: str = "top_left",
     ) -> None:
         """Append ``(x, y)`` points to ``line`` of plot ``plot_id`` (made on first points).
 
-        A plot with a ``line`` name gets a legend entry per line (one per device)."""
+        A plot with a ``line`` name gets a legend entry per line (one per device), at
+        ``legend_at`` (a bokeh ``LegendLocation``: the corner the lines leave free)."""
         if not points:
             return
         from bokeh.models import ColumnDataSource
@@ -138,7 +140,7 @@ class PlotGrid:
         if not line:
             fig.scatter("x", "y", source=cds, size=4, color=colour)
         if line:
-            fig.legend.location = "top_left"
+            fig.legend.location = legend_at
             fig.legend.label_text_font_size = "10px"
             fig.legend.click_policy = "hide"
             fig.legend.background_fill_alpha = 0.6

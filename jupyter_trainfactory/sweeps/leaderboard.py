@@ -23,6 +23,7 @@ __all__ = [
     "leaderboard_html",
     "leaderboard_text",
     "panel_trials",
+    "param_text",
     "read_sweep",
     "sweep_view",
 ]
@@ -102,6 +103,21 @@ def _value(x: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def param_text(raw: str) -> str:
+    """A trial's parameter as MLflow keeps it (text), for a table: a float written with more
+    than 4 significant digits is shown with 4 (``"0.006940721493676259"`` -> ``"0.006941"``);
+    integers, short floats and other text are left as they are. The exact value stays in
+    the child run's params (``config.<name>``)."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return raw
+    if not math.isfinite(value) or raw.lstrip("+-").isdigit():
+        return raw
+    short = f"{value:.4g}"
+    return short if len(short) < len(raw) else raw
+
+
 def sweep_view(
     parent, children: list, histories: dict[str, list], now: float | None = None
 ) -> SweepView:
@@ -121,7 +137,7 @@ def sweep_view(
             TrialRow(
                 index=int(ctags.get(TAG.TRIAL_INDEX, "0")),
                 run_id=child.info.run_id,
-                params={k: params.get(f"config.{k}", "") for k in keys},
+                params={k: param_text(params.get(f"config.{k}", "")) for k in keys},
                 state=ctags.get(TAG.STATE, "PENDING"),
                 reason=ctags.get(TAG.REASON, ""),
                 step=points[-1][0] if points else None,
@@ -160,7 +176,9 @@ def panel_trials(parent, children: list) -> list[dict[str, Any]]:
         rows.append(
             {
                 "index": int(tags.get(TAG.TRIAL_INDEX, "0")),
-                "params": " ".join(f"{k}={params.get(f'config.{k}', '')}" for k in keys),
+                "params": " ".join(
+                    f"{k}={param_text(params.get(f'config.{k}', ''))}" for k in keys
+                ),
                 "state": tags.get(TAG.STATE, "PENDING"),
                 "reason": tags.get(TAG.REASON, ""),
                 "metric": metric,
@@ -191,6 +209,13 @@ def _num(x: float | None) -> str:
     return "" if x is None else f"{x:.4g}"
 
 
+def _usd(x: float | None) -> str:
+    """A trial's cost in dollars, to 1/100 of a cent (``"<0.0001"`` below it, never 8e-05)."""
+    if x is None:
+        return ""
+    return "<0.0001" if 0 < x < 0.00005 else f"{x:.4f}"
+
+
 def _state(row: TrialRow) -> str:
     return "early-stop" if row.reason == "early-stop" else row.state.lower()
 
@@ -217,7 +242,7 @@ def leaderboard_text(mlflow_client, run_id: str) -> str:
     lines = [_header(view), "  ".join(head)]
     for r in view.rows:
         cells = [str(r.index), *r.params.values(), _state(r), str(r.step or ""), _num(r.latest)]
-        lines.append("  ".join([*cells, _num(r.best), _num(r.cost)]))
+        lines.append("  ".join([*cells, _num(r.best), _usd(r.cost)]))
     return "\n".join(lines)
 
 
@@ -246,7 +271,7 @@ def leaderboard_html(view: SweepView) -> str:
             _num(r.latest),
             _num(r.best),
         ]
-        values.append(_num(r.cost))
+        values.append(_usd(r.cost))
         tds = "".join(f"<td style='padding:2px 8px'>{esc(str(v))}</td>" for v in values)
         body.append(f"<tr class='tf-trial' style='{style}'>{tds}</tr>")
     return (

@@ -58,7 +58,11 @@ class SweepBoard(widgets.VBox):
             if new:
                 self._steps[row.index] = new[-1][0]
                 title = f"{view.metric} per trial"
-                self.plots.line(_PLOT, new, title, "step", view.metric, line=f"trial {row.index}")
+                # the corner the curves leave free: a loss falls from the top left, an
+                # accuracy rises to the top right
+                corner = "top_right" if view.mode == "min" else "bottom_right"
+                line = f"trial {row.index}"
+                self.plots.line(_PLOT, new, title, "step", view.metric, line=line, legend_at=corner)
         self.view = view
         return view
 
