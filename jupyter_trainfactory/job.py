@@ -112,7 +112,9 @@ class Job:
         if self.is_sweep() and (board is None or board.comm is None):
             from .sweeps.widget import SweepBoard
 
-            self._dashboard = SweepBoard(self.manager.mlflow_client, self.run_id, start=start)
+            self._dashboard = SweepBoard(
+                self.manager.mlflow_client, self.run_id, start=start, job_id=self.id
+            )
         elif board is None or board.comm is None:  # none yet, or closed
             self._dashboard = JobDashboard(self, start=start)
         elif start:

@@ -44,6 +44,7 @@ class Attempts:
         self.global_step = 0  # rank 0's step: logged, else counted, else reported
         self.faults = 0
         self.failed_rank: int | None = None
+        self.failed_error = ""  # the last line of the last failed rank's error
         self.restarts_before = 0  # restarts of earlier submissions (a resume)
         self._progress: list[Step] = []
         self._saves: list[CheckpointSave] = []
@@ -124,7 +125,7 @@ class Attempts:
         update = Update()
         update.tags[TAG.STATE] = "RESTARTING"
         update.tags[TAG.REASON] = f"rank {rank} failed: {error}"[:4000]
-        self.failed_rank = rank
+        self.failed_rank, self.failed_error = rank, error
         attempt = self.current()
         if cause:
             detail = {**(detail or {}), "cause": cause, **({"by": by} if by else {})}

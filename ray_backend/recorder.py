@@ -373,7 +373,8 @@ class RunRecorder:
         ``status`` is the MLflow run status (``FINISHED``, ``FAILED``, ``KILLED``),
         ``state`` the job state shown to users (design: "Job states"). ``reason`` None:
         the stop request's reason (``user``, ``user-now``, ...; ``user`` if none was
-        seen). A failure names the failing rank. When the tracking server is away,
+        seen). A failure names the failing rank; one without ``error`` gets that rank's
+        own (``Attempts.failed_error``). When the tracking server is away,
         retries for up to ``timeout_s`` s. Returns the delivery counts.
         """
         if reason is None:
@@ -381,6 +382,8 @@ class RunRecorder:
                 self.poll_control()
             reason = self.stop_control.final_reason()
         failed_rank = self.attempts.failed_rank
+        if state == "FAILED" and not error:  # the failing rank's own, else a plain word
+            error = self.attempts.failed_error or "the training failed"
         if error and failed_rank is not None and not error.startswith("rank "):
             error = f"rank {failed_rank}: {error}"
         with self._lock:

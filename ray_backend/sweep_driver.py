@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         error = exc
     finally:
         done.set()
-    error = error or record.error
+    error = error or record.error or record.all_failed()
     if error:
         logging.getLogger("trainfactory").error("sweep failed: %s", error)
         record.finish("FAILED", "FAILED", error=str(error))

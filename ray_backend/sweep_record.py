@@ -36,6 +36,8 @@ __all__ = [
 #: ASHA's ``max_t`` in reports: high enough never to end a trial itself (a trial that
 #: reports more often than this would be stopped there, and recorded as early-stopped).
 ASHA_MAX_T = 2**20
+#: Ray Train's errors that wrap a worker's: a failed trial's error is then the recorder's
+_TRAIN_WRAPPERS = ("TrainingFailedError", "WorkerGroupError", "ControllerError")
 
 _log = logging.getLogger("trainfactory")
 
@@ -411,13 +413,37 @@ class SweepRecord:
         self._close(trial.trial_id, "KILLED", "STOPPED", reason="early-stop", error="")
 
     def failed(self, trial) -> None:
+        """Tune ended the trial on an error. A training failure's own error (the rank's
+        ``KeyError: 'lr'``) is the trial recorder's: Tune holds only Ray Train's wrapper
+        of it, or nothing when its error file is not written yet, and then the recorder
+        names it (``RunRecorder.finish``)."""
         error = ""
         try:
             exc = trial.get_pickled_error()
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0] if exc else ""
+            if exc is not None and type(exc).__name__ not in _TRAIN_WRAPPERS:
+                error = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
         except Exception:  # the error file may be gone: the recorder has the failure
             pass
-        self._close(trial.trial_id, "FAILED", "FAILED", reason="", error=error or "trial failed")
+        self._close(trial.trial_id, "FAILED", "FAILED", reason="", error=error)
+
+    def all_failed(self) -> str | None:
+        """One sentence when every trial that ended failed (none finished or was stopped
+        early; the sweep then failed, its first trial's error quoted), else None."""
+        c = self.counts
+        if c["failed"] == 0 or c["finished"] or c["stopped_early"] or c["stopped"]:
+            return None
+        from jupyter_trainfactory.tracking import TAG
+
+        first = ""
+        for run_id in self.children.values():
+            try:
+                first = self.client.get_run(run_id).data.tags.get(TAG.ERROR, "")
+            except Exception:  # the sentence goes without it
+                first = ""
+            if first:
+                break
+        quoted = f"; the first: {first}" if first else ""
+        return f"every trial failed ({c['failed']} of {c['failed']}){quoted}"
 
     def _close(
         self, trial_id: str, status: str, state: str, reason: str | None, error: str

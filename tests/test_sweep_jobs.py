@@ -111,6 +111,24 @@ def test_a_metric_the_function_never_reports_fails_the_sweep_in_one_sentence(she
     assert child.info.status == "FAILED"
 
 
+@pytest.mark.timeout(300)
+def test_a_sweep_whose_every_trial_crashes_fails_with_the_trials_error(shell, mlflow_client):
+    # no lr in the config: sweep_loop raises KeyError: 'lr' on every trial's rank 0
+    job = shell.run_line_magic(
+        "train",
+        "sweep sweep_loop --param hidden=grid(1,2) --trials 1 --metric val_loss --workers 1 --wait",
+    )
+    assert job.status() == "FAILED"
+    assert "every trial failed (2 of 2)" in job.info().error and "KeyError" in job.info().error
+    children = _children(mlflow_client, job)
+    assert [c.info.status for c in children] == ["FAILED", "FAILED"]
+    assert all("KeyError: 'lr'" in c.data.tags[TAG.ERROR] for c in children)
+    board = SweepBoard(mlflow_client, job.run_id, start=False)
+    board.poll_once()
+    assert "sweep failed: 2/2 trials done (0 stopped early, 2 failed)" in board.table.value
+    assert "every trial failed" in board.table.value
+
+
 @pytest.mark.timeout(420)
 def test_stopping_a_sweep_stops_its_trials_at_a_checkpoint_and_starts_no_more(shell, mlflow_client):
     import time

@@ -86,7 +86,27 @@ def test_max_mode_puts_the_highest_first_and_trials_without_points_last():
     children.append(_run("c3", {TAG.TRIAL_INDEX: "3", TAG.STATE: "PENDING"}))
     view = sweep_view(parent, children, histories, now=1100.0)
     assert [r.index for r in view.rows] == [0, 1, 2, 3]  # best of each: 0.9, 0.7, 0.6
-    assert view.rows[-1].best is None and view.pending == 0
+    # a trial whose run waits for workers is pending, not running
+    assert view.rows[-1].best is None and (view.pending, view.running) == (1, 1)
+
+
+def test_rested_and_failed_trials_are_not_done_and_a_failed_sweep_says_why():
+    parent, children, histories = _sweep(state="STOPPED")
+    children[2] = _run("c2", {TAG.TRIAL_INDEX: "2", TAG.STATE: "STOPPED", TAG.REASON: "user"})
+    view = sweep_view(parent, children, histories, now=1100.0)
+    assert (view.done, view.stopped, view.running, view.pending) == (2, 1, 0, 1)
+    assert view.eta_s is None  # a stopped sweep has no ETA
+    text = leaderboard_html(view)
+    assert "2/4 trials done (1 stopped early), 0 running, 1 pending, 1 stopped" in text
+    tags = {**parent.data.tags, TAG.STATE: "FAILED", TAG.ERROR: "every trial failed (2 of 2)"}
+    failed = _run("parent", tags)
+    crashed = [
+        _run(f"c{i}", {TAG.TRIAL_INDEX: str(i), TAG.STATE: "FAILED", TAG.ERROR: "KeyError"})
+        for i in range(2)
+    ]
+    text = leaderboard_html(sweep_view(failed, crashed, {}, now=1100.0))
+    assert "sweep failed: 2/4 trials done (0 stopped early, 2 failed)" in text
+    assert "no result yet; cost $0.0000. every trial failed (2 of 2)" in text
 
 
 def test_html_highlights_the_best_row_and_names_early_stops():
@@ -149,3 +169,23 @@ def test_long_float_params_and_tiny_costs_are_shortened_for_the_table():
     assert "0.006941" in text and "0.0069407" not in text
     assert ">0.0001<" in text and "&lt;0.0001" in text and "e-0" not in text
     assert "lr=0.006941" in [r["params"] for r in panel_trials(parent, children)]
+
+
+def test_the_board_keeps_a_static_summary_of_its_last_read(monkeypatch):
+    from jupyter_trainfactory.sweeps import widget
+
+    parent, children, histories = _sweep(state="SUCCEEDED")
+    view = sweep_view(parent, children, histories, now=1100.0)
+    monkeypatch.setattr(widget, "read_sweep", lambda client, run_id: view)
+    board = widget.SweepBoard(None, "parent", start=False, job_id="tf-12345678")
+    assert board.summary("when the sweep ended") is None  # nothing read yet
+    board.poll_once()
+    assert f"trainfactory-live-{board.uid}" in board.table.value  # hides the summary
+    bundle = board.summary("when the sweep ended")
+    text = bundle["text/html"]
+    assert f"trainfactory-summary-{board.uid}" in text
+    assert "sweep tf-12345678: summary written when the sweep ended" in text
+    assert text.count("class='tf-trial'") == 3 and "data:image/svg+xml;base64," in text
+    assert 'alt="val_loss, trial 1"' in text  # the best trial's curve
+    assert bundle["text/plain"] == "sweep tf-12345678: SUCCEEDED"
+    board.close()

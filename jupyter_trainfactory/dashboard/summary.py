@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape
 
 from .fmt import fmt_number
 
-__all__ = ["summary_html", "svg_plot"]
+__all__ = ["empty_summary", "live_css", "summary_class", "summary_html", "svg_plot"]
 
 _W, _H = 320, 170
 _PAD_L, _PAD_R, _PAD_T, _PAD_B = 46, 10, 22, 30
@@ -25,6 +25,27 @@ _PAD_L, _PAD_R, _PAD_T, _PAD_B = 46, 10, 22, 30
 
 def _tick(value: float) -> str:
     return fmt_number(value) if math.isfinite(value) else "-"
+
+
+def summary_class(uid: str) -> str:
+    """The CSS class that marks the summary output of the live widget ``uid``."""
+    return f"trainfactory-summary-{uid}"
+
+
+def empty_summary(uid: str) -> dict[str, str]:
+    """The mime bundle of widget ``uid``'s summary output before there is a summary."""
+    return {"text/html": f'<div class="{summary_class(uid)}"></div>', "text/plain": ""}
+
+
+def live_css(uid: str) -> str:
+    """A marker and the style, to put inside live widget ``uid``, that hide its summary
+    output while the widget shows (after a reload, in an export or once the widget is
+    closed there is no widget, and the summary shows)."""
+    mark = f"trainfactory-live-{uid}"
+    return (
+        f'<span class="{mark}"></span><style>.jp-OutputArea-child:has(.{mark})'
+        f" ~ .jp-OutputArea-child:has(.{summary_class(uid)}){{display:none}}</style>"
+    )
 
 
 def svg_plot(points: Sequence[tuple[float, float]], title: str, x_label: str) -> str:
@@ -70,11 +91,17 @@ def _img(svg: str, title: str) -> str:
 
 
 def summary_html(
-    css_class: str, job_id: str, header: str, curves: Sequence[tuple[str, str, list]]
+    css_class: str,
+    job_id: str,
+    header: str,
+    curves: Sequence[tuple[str, str, list]],
+    kind: str = "job",
+    written: str = "when the job ended",
 ) -> str:
-    """The summary block: a caption, the dashboard's final ``header`` HTML, then one
-    picture per ``(title, x_label, points)`` curve (the user's metrics, throughput).
-    ``css_class`` marks the block (the live dashboard hides its own summary by it)."""
+    """The summary block: a caption (``kind`` and ``job_id``, written ``written``), the
+    dashboard's final ``header`` HTML, then one picture per ``(title, x_label, points)``
+    curve (the user's metrics, throughput). ``css_class`` marks the block (the live
+    dashboard hides its own summary by it)."""
     pictures = "".join(
         _img(svg, title)
         for title, x_label, points in curves
@@ -83,8 +110,8 @@ def summary_html(
     return (
         f'<div class="trainfactory-summary {css_class}"'
         ' style="font-family:var(--jp-ui-font-family,sans-serif);font-size:13px">'
-        f'<div style="color:#57606a;font-size:11px">job {html.escape(job_id)}: summary written'
-        " when the job ended (the live dashboard needs its kernel;"
+        f'<div style="color:#57606a;font-size:11px">{kind} {html.escape(job_id)}: summary written'
+        f" {html.escape(written)} (the live view needs its kernel;"
         f" <code>%train attach {html.escape(job_id)}</code> shows it again)</div>"
         f"{header}<div>{pictures}</div></div>"
     )

@@ -22,7 +22,7 @@ from . import layout
 from .header import header_html, nodes_html
 from .model import DEFAULT_MAX_POINTS, DashboardModel, RunSource, Snapshot, history_keys
 from .plots import PlotGrid
-from .summary import summary_html
+from .summary import empty_summary, live_css, summary_class, summary_html
 from .timeline import timeline_html
 
 __all__ = ["JobDashboard", "timeline_html"]
@@ -132,20 +132,10 @@ class JobDashboard(widgets.VBox):
             self._publish_summary()
 
     def _summary_bundle(self, summary: str | None) -> dict[str, str]:
-        css = f"trainfactory-summary-{self.uid}"
         if summary is None:
-            return {"text/html": f'<div class="{css}"></div>', "text/plain": ""}
+            return empty_summary(self.uid)
         job = self.model.info.job_id if self.model.info else ""
         return {"text/html": summary, "text/plain": f"job {job}: {self.model.info.state}"}
-
-    def _live_css(self) -> str:
-        """A marker and the style that hides this dashboard's summary output while the
-        widget shows (after a reload or in an export, no widget: the summary shows)."""
-        mark = f"trainfactory-live-{self.uid}"
-        return (
-            f'<span class="{mark}"></span><style>.jp-OutputArea-child:has(.{mark})'
-            f" ~ .jp-OutputArea-child:has(.trainfactory-summary-{self.uid}){{display:none}}</style>"
-        )
 
     def summary(self) -> dict[str, str] | None:
         """The static summary's mime bundle (``text/html``, ``text/plain``) once the job has
@@ -160,7 +150,7 @@ class JobDashboard(widgets.VBox):
         if rate:
             curves.append((rate, _STEP_AXIS, list(series[rate])))
         header = header_html(self.model, self._run_link())
-        html_text = summary_html(f"trainfactory-summary-{self.uid}", info.job_id, header, curves)
+        html_text = summary_html(summary_class(self.uid), info.job_id, header, curves)
         return self._summary_bundle(html_text)
 
     def _publish_summary(self) -> None:
@@ -352,6 +342,6 @@ class JobDashboard(widgets.VBox):
         if not text:
             return
         self._header.value = (
-            f'<div style="font-family:var(--jp-ui-font-family)">{text}{self._live_css()}</div>'
+            f'<div style="font-family:var(--jp-ui-font-family)">{text}{live_css(self.uid)}</div>'
         )
         self._nodes.value = nodes_html(self.model)

@@ -53,7 +53,8 @@ class TrialRow:
 class SweepView:
     """The sweep as the leaderboard shows it: ``rows`` sorted by each trial's best value
     (``mode``: lowest first for ``min``), trials without a value last; the header's
-    counts, the best so far, the total cost and an ETA (s, None until a trial ended)."""
+    counts, the best so far, the total cost and an ETA (s, None until a trial ended);
+    ``error``: why the sweep failed (its run's ``trainfactory.error``), else ""."""
 
     state: str
     metric: str
@@ -62,21 +63,30 @@ class SweepView:
     rows: list[TrialRow]
     cost: float = 0.0
     elapsed_s: float = 0.0
+    error: str = ""
 
     def count(self, *states: str) -> int:
         return sum(r.state in states for r in self.rows)
 
     @property
     def done(self) -> int:
-        return sum(r.state not in _ACTIVE for r in self.rows)
+        """Trials that ended for good: finished, failed or stopped early by the scheduler
+        (a trial the sweep's stop rests at a checkpoint goes on at a resume)."""
+        return len(self.rows) - self.running - self.count("PENDING") - self.stopped
 
     @property
     def running(self) -> int:
-        return self.count(*_ACTIVE)
+        return self.count("RUNNING", "RESTARTING")
 
     @property
     def pending(self) -> int:
-        return max(self.trials - len(self.rows), 0)
+        """Trials not started: not sampled yet, or with a run that waits for workers."""
+        return max(self.trials - len(self.rows), 0) + self.count("PENDING")
+
+    @property
+    def stopped(self) -> int:
+        """Trials the sweep's stop (or budget) rested at a checkpoint."""
+        return sum(r.state == "STOPPED" and r.reason != "early-stop" for r in self.rows)
 
     @property
     def stopped_early(self) -> int:
@@ -89,9 +99,10 @@ class SweepView:
     @property
     def eta_s(self) -> float | None:
         """Elapsed time per ended trial times the trials left (concurrency included, as
-        the elapsed time already ran trials side by side); None until one ended."""
+        the elapsed time already ran trials side by side); None until one ended, and
+        once the sweep is not running."""
         if self.state not in _ACTIVE or not self.done:
-            return None if self.state in _ACTIVE else 0.0
+            return None
         return self.elapsed_s / self.done * (self.trials - self.done)
 
 
@@ -159,6 +170,7 @@ def sweep_view(
         rows=rows,
         cost=sum(r.cost or 0.0 for r in rows),
         elapsed_s=max(end - start, 0.0),
+        error=tags.get(TAG.ERROR, "") if tags.get(TAG.STATE) == "FAILED" else "",
     )
 
 
@@ -227,11 +239,15 @@ def _header(view: SweepView) -> str:
     )
     eta = view.eta_s
     eta_text = f", ETA {eta / 60:.1f} min" if eta else ""
-    return (
+    stopped = f", {view.stopped} stopped" if view.stopped else ""
+    failed = view.count("FAILED")
+    failed_text = f", {failed} failed" if failed else ""
+    text = (
         f"sweep {view.state.lower()}: {view.done}/{view.trials} trials done"
-        f" ({view.stopped_early} stopped early), {view.running} running, {view.pending} pending;"
-        f" {best_text}; cost ${view.cost:.4f}{eta_text}"
+        f" ({view.stopped_early} stopped early{failed_text}), {view.running} running,"
+        f" {view.pending} pending{stopped}; {best_text}; cost ${view.cost:.4f}{eta_text}"
     )
+    return f"{text}. {view.error}" if view.error else text
 
 
 def leaderboard_text(mlflow_client, run_id: str) -> str:
