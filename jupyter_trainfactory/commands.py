@@ -13,6 +13,7 @@ import time
 
 from .arguments import CommandError
 from .jobstate import TERMINAL_STATES
+from .redact import mask_url
 from .tables import format_table
 
 __all__ = [
@@ -215,11 +216,16 @@ def register_from_args(manager, job_id: str, ns: argparse.Namespace, model_fn) -
 
 
 def register_text(version: dict) -> str:
-    """What ``register`` prints: the new version and how to load it."""
+    """What ``register`` prints: the new version and how to load it (MLflow pointed at
+    the registry's server first: the registry is there, not in MLflow's default
+    ``./mlruns`` or ``mlflow.db``)."""
     alias = f" (alias {version['alias']})" if version["alias"] else ""
+    uri = mask_url(version.get("tracking_uri") or "")
+    point = f"mlflow.set_tracking_uri({uri!r}); " if uri else ""
     return (
         f"registered {version['name']} version {version['version']}{alias} from the checkpoint"
-        f" of step {version['step']}; load it with mlflow.pyfunc.load_model({version['uri']!r})"
+        f" of step {version['step']}; load it with"
+        f" {point}mlflow.pyfunc.load_model({version['uri']!r})"
     )
 
 

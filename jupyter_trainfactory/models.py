@@ -270,12 +270,14 @@ def register(
     ``mlflow.pyfunc.PythonModel``); None uses the one given at launch. The version's
     tags lead back to the job, run, checkpoint, code hashes and data digests; ``alias``
     (e.g. ``champion``) points at it. The model loads with
-    ``mlflow.pyfunc.load_model("models:/NAME@ALIAS")`` in a fresh process. For a sweep,
+    ``mlflow.pyfunc.load_model("models:/NAME@ALIAS")`` in a fresh process whose MLflow
+    tracking URI is this tool's server. For a sweep,
     the checkpoint is its best trial's (:func:`best_trial_run`): the ``best`` by the
     sweep's metric unless ``checkpoint`` and ``metric`` say otherwise, and the version's
     tags add the sweep and the trial.
 
-    Returns ``{"name", "version", "alias", "uri", "step", "checkpoint", "model_id"}``.
+    Returns ``{"name", "version", "alias", "uri", "step", "checkpoint", "model_id",
+    "tracking_uri"}`` (the registry's server, which a loader must point MLflow at).
 
     Raises
     ------
@@ -329,6 +331,7 @@ def register(
         "step": chosen.step,
         "checkpoint": chosen.path,
         "model_id": chosen.model_id,
+        "tracking_uri": manager.tracking_uri,
     }
 
 

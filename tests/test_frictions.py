@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 
 from jupyter_trainfactory import cli
 from jupyter_trainfactory.arguments import CommandError, build_parser, parse
-from jupyter_trainfactory.commands import default_job, still_running_text
+from jupyter_trainfactory.commands import default_job, register_text, still_running_text
 from jupyter_trainfactory.jobs import TERMINAL_STATES, JobInfo
 from jupyter_trainfactory.magics import TrainMagics, expand_variables
 
@@ -204,3 +204,15 @@ def test_restarted_kernel_finds_the_running_job_and_relaunch_names_it(ip, manage
             board.close()
         if job.status() not in TERMINAL_STATES:
             job.stop(now=True)
+
+
+def test_registers_load_line_points_mlflow_at_the_registry_first():
+    # a new user's copy of the printed line failed: the kernel's MLflow looked in ./mlflow.db
+    version = {"name": "digits", "version": 1, "alias": "champion", "step": 24}
+    version["uri"] = "models:/digits@champion"
+    version["tracking_uri"] = "http://alice:s3cret@127.0.0.1:5000"
+    text = register_text(version)
+    assert text.endswith(
+        "load it with mlflow.set_tracking_uri('http://alice:***@127.0.0.1:5000');"
+        " mlflow.pyfunc.load_model('models:/digits@champion')"
+    ), text

@@ -84,6 +84,7 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     best = json.loads(parent.data.tags[TAG.SWEEP_BEST])
     assert best["run_id"] in {c.info.run_id for c in good}
     assert parent.data.params["sweep.space.lr"] == "grid([0.01, 0.01, 1.0, 1.0])"
+    assert parent.data.params["keep_best"] == "val_loss:min"  # register's checkpoint stays
     board = SweepBoard(mlflow_client, job.run_id, start=False)
     view = board.poll_once()
     assert [r.best is not None for r in view.rows] == [True] * 4

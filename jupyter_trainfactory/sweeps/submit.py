@@ -70,8 +70,15 @@ def submit_sweep(
     ``spec``'s worker shape and options per trial; returns its :class:`~.job.Job` (the
     parent run's). Raises SpecError (one sentence, nothing submitted) for a bad search
     space or settings, or a trial the cluster can never hold. ``spec.budget`` is the
-    whole sweep's: its driver stops every trial at a checkpoint before it would pass. ``model_fn(checkpoint_dir) -> model`` is kept for ``register``."""
+    whole sweep's: its driver stops every trial at a checkpoint before it would pass.
+    Each trial keeps its ``spec.keep_checkpoints`` best checkpoints by the sweep's metric
+    unless ``spec.keep_best`` says otherwise. ``model_fn(checkpoint_dir) -> model`` is
+    kept for ``register``."""
     settings.validate()
+    if spec.keep_best is None:
+        # each trial keeps its best checkpoints by the sweep's metric (and its newest, for a
+        # resume): the newest two alone lost the peak that register is asked for
+        spec.keep_best = f"{settings.metric}:{settings.mode}"
     space = parse_space(params)
     taken = set(space) & set(spec.config)
     if taken:
