@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import shlex
 from typing import Any
 
@@ -384,7 +385,7 @@ def parse(
     """Parse a magic line (or argv); raises :class:`CommandError` with one sentence."""
     parser = parser or build_parser()
     try:
-        argv = shlex.split(line) if isinstance(line, str) else list(line)
+        argv = _join_calls(shlex.split(line)) if isinstance(line, str) else list(line)
     except ValueError as exc:
         raise CommandError(f"Cannot parse the line: {exc}.") from exc
     ns, extra = parser.parse_known_args(argv) if argv else (None, [])
@@ -399,6 +400,28 @@ def parse(
     if getattr(ns, "workers", 1) is not None and launching and ns.workers < 1:
         raise CommandError(f"--workers must be at least 1, got {ns.workers}.")
     return ns
+
+
+_CALL = re.compile(r"^[\w.]+=[\w.]+\(")
+
+
+def _join_calls(argv: list[str]) -> list[str]:
+    """A magic line's words with a call that spaces split joined again: ``--param
+    lr=loguniform(3e-4,`` ``3e-2)`` is one ``lr=loguniform(3e-4, 3e-2)``, as a user writes
+    Python. A ``NAME=FUNCTION(`` word that opens more parentheses than it closes takes
+    the next words until they balance (or the line ends); no other word is touched."""
+    out: list[str] = []
+    depth = 0
+    for word in argv:
+        if depth > 0:
+            out[-1] = f"{out[-1]} {word}"
+        elif _CALL.match(word):
+            out.append(word)
+        else:
+            out.append(word)
+            continue
+        depth = max(depth + word.count("(") - word.count(")"), 0)
+    return out
 
 
 #: Options whose value is a Python expression (a dict literal): unquoted, it splits at spaces.

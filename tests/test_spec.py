@@ -226,3 +226,12 @@ def test_the_job_polls_reports_quickly_unless_its_user_sets_the_interval(tmp_pat
     assert runtime_env(JobSpec("train"), tmp_path)["env_vars"][HEALTH_CHECK_ENV] == "1.5"
     spec = JobSpec("train", env={HEALTH_CHECK_ENV: "3"})  # and the job's, over both
     assert runtime_env(spec, tmp_path)["env_vars"][HEALTH_CHECK_ENV] == "3"
+
+
+def test_a_param_call_split_at_its_spaces_is_joined_again():
+    line = "sweep f --param lr=loguniform(3e-4, 3e-2) --param h=choice(16, 32, 64) --metric m"
+    ns = parse(line)
+    assert ns.params == ["lr=loguniform(3e-4, 3e-2)", "h=choice(16, 32, 64)"]
+    # nothing else is joined: a name with a parenthesis stays one quoted word
+    ns = parse("launch f --experiment 'a (b' --workers 1")
+    assert ns.experiment == "a (b" and ns.workers == 1
