@@ -145,6 +145,7 @@ def test_panel_trials_come_from_the_runs_latest_values_best_first():
         "reason": "early-stop",
         "metric": "val_loss",
         "value": 0.8,
+        "step": 0,
         "cost_usd": 0.5,
         "run_id": "c0",
     }

@@ -155,6 +155,7 @@ class TrainingJobsManager:
         metrics: dict[str, float],
         experiment: str,
         trials: list[dict[str, Any]] | None = None,
+        trials_total: int | None = None,
     ) -> JobModel:
         """The panel's view of one job.
 
@@ -165,8 +166,9 @@ class TrainingJobsManager:
         ``ended`` (s since the epoch), ``run_url`` (direct), ``run_link`` (through this
         server's proxy), ``detail`` (error or stop reason), ``history`` (recent
         ``[t, throughput, utilization]`` points), ``trials`` (a sweep's trial rows,
-        :func:`~jupyter_trainfactory.sweeps.leaderboard.panel_trials`; None for a job).
-        Values not recorded are None.
+        :func:`~jupyter_trainfactory.sweeps.leaderboard.panel_trials`; None for a job) and
+        ``trials_total`` (the trials the sweep will run; a sweep's ``step`` is None: its
+        trials have steps). Values not recorded are None.
         """
         throughput, unit = _throughput(metrics)
         utilization, kind = _utilization(metrics)
@@ -182,7 +184,8 @@ class TrainingJobsManager:
             "owner": info.owner,
             "experiment": experiment,
             "state": info.state,
-            "step": info.step,
+            # a sweep's run counts Tune's results, not a training step: its trials have steps
+            "step": info.step if trials is None else None,
             "throughput": throughput,
             "throughput_unit": unit,
             "utilization": utilization,
@@ -203,6 +206,7 @@ class TrainingJobsManager:
             "detail": info.error or info.reason or info.stall,
             "history": [list(p) for p in history],
             "trials": trials,
+            "trials_total": trials_total,
         }
 
     def _read_jobs(self, all_users: bool, limit: int) -> list[JobModel]:
@@ -219,7 +223,7 @@ class TrainingJobsManager:
                 jm.run_info(run),
                 runreads.current_metrics(run),
                 self._experiment_name(jm, run.info.experiment_id),
-                _trials(jm, run),
+                *_trials(jm, run),
             )
             for run in runs
         ]
@@ -231,7 +235,7 @@ class TrainingJobsManager:
             jm.run_info(run),
             runreads.current_metrics(run),
             self._experiment_name(jm, run.info.experiment_id),
-            _trials(jm, run),
+            *_trials(jm, run),
         )
 
     # -- the REST verbs -------------------------------------------------------------
@@ -373,13 +377,15 @@ def given_or_running(name: str, running: set[str], manager: TrainingJobsManager)
     return given is not None or name in running
 
 
-def _trials(jm: JobManager, run) -> list[dict[str, Any]] | None:
-    """A sweep's trial rows for the panel (one search for its children); None for a job."""
+def _trials(jm: JobManager, run) -> tuple[list[dict[str, Any]] | None, int | None]:
+    """A sweep's trial rows for the panel (one search for its children) and the trials it
+    runs in all; ``(None, None)`` for a job."""
     if tracking.TAG.SWEEP not in run.data.tags:
-        return None
-    from ..sweeps.leaderboard import panel_trials
+        return None, None
+    from ..sweeps.leaderboard import panel_trials, planned_trials
 
-    return panel_trials(run, runreads.sweep_children(jm.mlflow_client, run))
+    rows = panel_trials(run, runreads.sweep_children(jm.mlflow_client, run))
+    return rows, max(planned_trials(run), len(rows))
 
 
 def _outage(what: str, where: str, exc: BaseException) -> str:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..jobstate import latest_step
 from ..runreads import sweep_children
 from ..tracking import TAG
 
@@ -24,6 +25,7 @@ __all__ = [
     "leaderboard_text",
     "panel_trials",
     "param_text",
+    "planned_trials",
     "read_sweep",
     "sweep_view",
 ]
@@ -166,7 +168,7 @@ def sweep_view(
         state=tags.get(TAG.STATE, "PENDING"),
         metric=metric,
         mode=mode,
-        trials=int(settings.get("trials", len(rows))) * int(settings.get("grid_size", 1)),
+        trials=planned_trials(parent) or len(rows),
         rows=rows,
         cost=sum(r.cost or 0.0 for r in rows),
         elapsed_s=max(end - start, 0.0),
@@ -174,10 +176,18 @@ def sweep_view(
     )
 
 
+def planned_trials(parent) -> int:
+    """The trials the sweep of parent run ``parent`` runs in all: ``--trials`` samples of
+    each grid combination (0 when the run has no sweep settings)."""
+    settings = json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}")
+    return int(settings.get("trials", 0)) * int(settings.get("grid_size", 1))
+
+
 def panel_trials(parent, children: list) -> list[dict[str, Any]]:
     """The side panel's rows of a sweep's trials (from the runs alone, no history read):
     ``index``, ``params`` (``"lr=0.01 hidden=64"``), ``state``, ``reason``, ``metric``
-    and its latest ``value`` (None before a report), ``cost_usd``, ``run_id``; best
+    and its latest ``value`` (None before a report), ``step`` (the trial's furthest
+    training step, None before one), ``cost_usd``, ``run_id``; best
     first by that value (the sweep's mode), trials without one last, then by index."""
     settings = json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}")
     metric, mode = settings.get("metric", ""), settings.get("mode", "min")
@@ -195,6 +205,7 @@ def panel_trials(parent, children: list) -> list[dict[str, Any]]:
                 "reason": tags.get(TAG.REASON, ""),
                 "metric": metric,
                 "value": _value(child.data.metrics.get(metric)),
+                "step": latest_step(child),
                 "cost_usd": _value(child.data.metrics.get("cost/usd")),
                 "run_id": child.info.run_id,
             }

@@ -107,10 +107,12 @@ function nameCell(job: IJob, expansion?: IExpansion): HTMLTableCellElement {
   if (job.trials && expansion) {
     const open = expansion.isOpen(job.id);
     const n = job.trials.length;
+    const total = job.trials_total ?? n;
+    const count = total > n ? `${n}/${total}` : String(n);
     const button = el(
       'button',
       'jp-tf-button jp-tf-expand',
-      `${open ? '\u25BE' : '\u25B8'} ${n} trial${n === 1 ? '' : 's'}`
+      `${open ? '\u25BE' : '\u25B8'} ${count} trial${total === 1 ? '' : 's'}`
     );
     button.setAttribute('aria-expanded', String(open));
     button.title = open ? "Hide the sweep's trials" : "Show the sweep's trials";
@@ -147,6 +149,7 @@ export function trialRow(job: IJob, trial: ITrial): HTMLTableRowElement {
   const cells: Record<string, HTMLTableCellElement> = {
     job: name,
     state,
+    step: columnCell('step', formatCount(trial.step ?? null)),
     throughput: columnCell('throughput', value),
     cost: columnCell('cost', formatCost(trial.cost_usd))
   };

@@ -42,6 +42,8 @@ export interface IJob {
   history: Array<[number, number | null, number | null]>;
   /** A sweep's trials, best first (null or absent for a job). */
   trials?: ITrial[] | null;
+  /** The trials a sweep runs in all, started or not (null or absent for a job). */
+  trials_total?: number | null;
 }
 
 /** One trial of a sweep (jupyter_trainfactory/sweeps/leaderboard.py `panel_trials`). */
@@ -55,6 +57,8 @@ export interface ITrial {
   /** The sweep's metric and its latest value (null before a report). */
   metric: string;
   value: number | null;
+  /** The trial's furthest training step (null before one). */
+  step?: number | null;
   cost_usd: number | null;
   run_id: string;
 }

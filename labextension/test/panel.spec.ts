@@ -162,13 +162,15 @@ describe('JobsPanel', () => {
       reason,
       metric: 'val_loss',
       value,
+      step: value === null ? null : 40 + index,
       cost_usd: 0.0012,
       run_id: `run${index}`
     });
     const { model, panel } = setup([
       job({
         id: 'tf-00000001',
-        trials: [trial(1, 0.25), trial(3, 0.5, 'early-stop'), trial(2, null)]
+        trials: [trial(1, 0.25), trial(3, 0.5, 'early-stop'), trial(2, null)],
+        trials_total: 4
       }),
       job({ id: 'tf-00000002' })
     ]);
@@ -180,7 +182,7 @@ describe('JobsPanel', () => {
         'tr[data-job-id="tf-00000001"] .jp-tf-expand'
       )!;
     expect(trials()).toHaveLength(0);
-    expect(button().textContent).toBe('\u25B8 3 trials');
+    expect(button().textContent).toBe('\u25B8 3/4 trials'); // one not started yet
     expect(
       panel.node.querySelector('tr[data-job-id="tf-00000002"] .jp-tf-expand')
     ).toBeNull(); // a job has no trials to show
@@ -190,6 +192,7 @@ describe('JobsPanel', () => {
     const [first, second] = trials();
     expect(first.textContent).toContain('lr=0.01');
     expect(first.textContent).toContain('val_loss 0.25');
+    expect(first.querySelector('td.jp-tf-col-step')!.textContent).toBe('41');
     expect(second.querySelector('.jp-tf-state')!.textContent).toBe(
       'EARLY STOP'
     );
