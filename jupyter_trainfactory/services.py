@@ -16,6 +16,7 @@ empty keeps Ray's own defaults: every CPU, and an object store of about 30 % of 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -494,10 +495,11 @@ def stop_services(names: tuple[str, ...] = ("ray", "mlflow")) -> list[str]:
         services = load_services(home)
         if services is None:
             return stopped
-        for name in names:
-            proc = services.processes.pop(name, None)
-            if proc and _terminate(proc):
-                stopped.append(name)
+        procs = [(n, p) for n in names if (p := services.processes.pop(n, None)) is not None]
+        # side by side: each may take up to its SIGKILL timeout (the Ray head often does)
+        with concurrent.futures.ThreadPoolExecutor(max(len(procs), 1)) as pool:
+            ended = list(pool.map(lambda item: _terminate(item[1]), procs))
+        stopped = [name for (name, _), done in zip(procs, ended, strict=True) if done]
         _state_file(home).write_text(services.to_json())
     return stopped
 

@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any
 
+from jupyter_trainfactory.chargeback import FAILURE_CATEGORIES
+
 __all__ = [
     "ASHA_MAX_T",
     "SweepRecord",
@@ -36,6 +38,13 @@ __all__ = [
 #: ASHA's ``max_t`` in reports: high enough never to end a trial itself (a trial that
 #: reports more often than this would be stopped there, and recorded as early-stopped).
 ASHA_MAX_T = 2**20
+#: A trial's cost metrics that its sweep's run sums (``cost/usd`` too): what ``%train
+#: costs`` shows of a sweep (wasted, accelerator-hours, the failures' parts)
+SUMMED_COSTS = (
+    "cost/wasted_usd",
+    "cost/accelerator_hours",
+    *(f"cost/{category}_usd" for category in FAILURE_CATEGORIES),
+)
 #: Ray Train's errors that wrap a worker's: a failed trial's error is then the recorder's
 _TRAIN_WRAPPERS = ("TrainingFailedError", "WorkerGroupError", "ControllerError")
 
@@ -83,6 +92,7 @@ class SweepRecord:
         # "stopped": trials a stop of the sweep ended, unfinished (a resume runs them on)
         self.counts = {"finished": 0, "stopped_early": 0, "failed": 0, "stopped": 0}
         self.costs: dict[str, float] = {}
+        self.cost_parts: dict[str, dict[str, float]] = {}  # trial id -> SUMMED_COSTS' values
         self.best: tuple[float, str] | None = None  # (value, trial id)
         self.error = ""
         self.early_stopped: dict[str, int] = {}  # trial id -> report ASHA stopped it at
@@ -128,8 +138,7 @@ class SweepRecord:
             trial_id = child.data.tags.get(TAG.TRIAL, "")
             self.children[trial_id] = child.info.run_id
             by_index[child.data.tags.get(TAG.TRIAL_INDEX)] = trial_id
-            if "cost/usd" in child.data.metrics:
-                self.costs[trial_id] = child.data.metrics["cost/usd"]
+            self._keep_cost(trial_id, child.data.metrics)
         best = json.loads(parent.data.tags.get(TAG.SWEEP_BEST) or "null")
         if best and str(best.get("trial")) in by_index:
             self.best = (float(best["value"]), by_index[str(best["trial"])])
@@ -146,6 +155,8 @@ class SweepRecord:
         values = {f"sweep/trials_{k}": v for k, v in self.counts.items()}
         values["sweep/trials_running"] = running
         values["cost/usd"] = sum(self.costs.values())
+        for key in SUMMED_COSTS:
+            values[key] = sum(parts.get(key, 0.0) for parts in self.cost_parts.values())
         self._log_parent(values, sum(self.counts.values()))
 
     def finish(self, status: str, state: str, error: str = "", timeout_s: float = 60.0) -> None:
@@ -469,13 +480,22 @@ class SweepRecord:
 
     def _read_cost(self, trial_id: str) -> None:
         run_id = self.children.get(trial_id)
+        if not run_id:
+            return
         try:
-            cost = self.client.get_run(run_id).data.metrics.get("cost/usd") if run_id else None
+            metrics = self.client.get_run(run_id).data.metrics
         except Exception as exc:  # the tracking server away: the total misses this trial
             _log.warning("trial %s: its cost was not read: %s", trial_id, exc)
             return
-        if cost is not None:
-            self.costs[trial_id] = cost
+        self._keep_cost(trial_id, metrics)
+
+    def _keep_cost(self, trial_id: str, metrics: dict[str, float]) -> None:
+        """A trial's cost and its parts (``SUMMED_COSTS``) from its run's metrics."""
+        if "cost/usd" in metrics:
+            self.costs[trial_id] = metrics["cost/usd"]
+        parts = {k: metrics[k] for k in SUMMED_COSTS if k in metrics}
+        if parts:
+            self.cost_parts[trial_id] = parts
 
     # -- Tune's hooks ----------------------------------------------------------------
     def callback(self):

@@ -81,6 +81,9 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     assert metrics["sweep/trials_finished"] == 2 and metrics["sweep/trials_stopped_early"] == 2
     assert metrics["sweep/best"] == pytest.approx(0.1 + 1 / 30)
     assert metrics["cost/usd"] > 0
+    for key in ("cost/wasted_usd", "cost/accelerator_hours"):  # %train costs reads them
+        total = sum(c.data.metrics.get(key, 0.0) for c in children)
+        assert metrics.get(key, 0.0) == pytest.approx(total), key
     best = json.loads(parent.data.tags[TAG.SWEEP_BEST])
     assert best["run_id"] in {c.info.run_id for c in good}
     assert parent.data.params["sweep.space.lr"] == "grid([0.01, 0.01, 1.0, 1.0])"
