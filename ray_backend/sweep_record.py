@@ -374,9 +374,11 @@ class SweepRecord:
 
         metric, mode = self.settings.metric, self.settings.mode
         if metric not in result:
-            reported = sorted(
-                k for k in result if not k.startswith(("time_", "config", "trial_", "date"))
-            )
+            from ray.tune.result import AUTO_RESULT_KEYS
+
+            tune_keys = {*AUTO_RESULT_KEYS, "done", "trial_id", "experiment_tag"}
+            tune_keys.add("checkpoint_path")  # ReportsToTune's
+            reported = sorted(k for k in result if k not in tune_keys)
             self.error = (
                 f"The function's reports have no {metric!r}; --metric must be one of the"
                 f" keys it reports ({', '.join(reported[:12])})."

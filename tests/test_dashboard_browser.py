@@ -82,7 +82,13 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
         "%train reliability --experiment dashboard-browser --since 1d",
     )
     _notebook(tmp_path / "dashboard-nb7.ipynb", SETUP, LAUNCH)  # Notebook 7 opens it at the root
-    _notebook(tmp_path / "sweep-lab.ipynb", SWEEP_SETUP, SWEEP, "sweep.wait(timeout=300)")
+    _notebook(
+        tmp_path / "sweep-lab.ipynb",
+        SWEEP_SETUP,
+        SWEEP,
+        "sweep.wait(timeout=300)",
+        "%train attach {sweep.id}",
+    )
     env = browser_env(
         services.home,
         tmp_path,
@@ -99,7 +105,7 @@ def test_the_dashboard_draws_in_jupyterlab_and_notebook_7(services, tmp_path):
         shots |= screenshots()
     expected = {"dashboard-running.png", "dashboard-ended.png", "dashboard-attach.png"}
     expected |= {"dashboard-summary.png", "nb7-running.png", "nb7-ended.png", "reliability.png"}
-    expected |= {"sweep-running.png", "sweep-ended.png", "panel-sweep.png"}
+    expected |= {"sweep-running.png", "sweep-ended.png", "panel-sweep.png", "sweep-summary.png"}
     assert expected <= shots
 
     # the saved notebook keeps the summary as HTML, in the launch cell's outputs

@@ -5,7 +5,7 @@ import { runByKeyboard } from './dashboard-helpers';
 /**
  * A sweep's leaderboard in JupyterLab, as a user sees it. tests/test_dashboard_browser.py
  * writes sweep-lab.ipynb into the server's root: cell 0 defines `falling_loss`, cell 1
- * starts a two-trial sweep over its learning rate, cell 2 waits for it.
+ * starts a two-trial sweep over its learning rate, cell 2 waits for it, cell 3 attaches.
  */
 test('the sweep leaderboard shows a row per trial and their curves', async ({
   page
@@ -34,6 +34,9 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
   await expect(best).toContainText('0.01');
   await expect(best).toHaveAttribute('style', /background/);
   await expect(output).not.toContainText('Error displaying widget');
+  // the static summary is in the cell, hidden while the live leaderboard shows
+  await expect(output.locator('.trainfactory-summary')).toHaveCount(1);
+  await expect(output.locator('.trainfactory-summary')).toBeHidden();
   await output.screenshot({ path: testInfo.outputPath('sweep-ended.png') });
 
   // The side panel: the sweep is one row; its button opens a row per trial, best first.
@@ -50,4 +53,17 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
   await expect(trials.first().locator('.jp-tf-state')).toHaveText('SUCCEEDED');
   await expect(trials.first()).toContainText('loss 0.');
   await panel.screenshot({ path: testInfo.outputPath('panel-sweep.png') });
+
+  // %train attach shows the leaderboard again in its own cell; the first cell's live
+  // view closes and leaves its summary: the table and the best trial's curve
+  await runByKeyboard(cells, 3);
+  await expect(cells.nth(3).locator('tr.tf-trial')).toHaveCount(2, {
+    timeout: 120_000
+  });
+  const kept = output.locator('.trainfactory-summary');
+  await expect(kept).toBeVisible({ timeout: 60_000 });
+  await expect(kept).toContainText('sweep succeeded: 2/2 trials done');
+  await expect(kept.locator('tr.tf-trial')).toHaveCount(2);
+  await expect(kept.locator('img').first()).toBeVisible();
+  await output.screenshot({ path: testInfo.outputPath('sweep-summary.png') });
 });
