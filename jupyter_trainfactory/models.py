@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,9 @@ def pick(
     return choose(scored, key=lambda c: (c.metrics[metric], c.step))
 
 
+_URI_ENV = "MLFLOW_TRACKING_URI"
+
+
 @contextlib.contextmanager
 def _mlflow_at(uri: str):
     """MLflow's fluent API (which ``log_model`` uses) pointed at ``uri`` for a while, its
@@ -142,15 +146,22 @@ def _mlflow_at(uri: str):
     import logging
 
     import mlflow
+    from mlflow.tracking._tracking_service import utils
 
     log = logging.getLogger("mlflow")
-    previous, level = mlflow.get_tracking_uri(), log.level
+    # what the process had set, not get_tracking_uri()'s default: putting that back set
+    # MLFLOW_TRACKING_URI to sqlite:///<cwd>/mlflow.db for the rest of the process
+    previous, env, level = utils._tracking_uri, os.environ.get(_URI_ENV), log.level
     mlflow.set_tracking_uri(uri)
     log.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(previous)
+        mlflow.set_tracking_uri(previous)  # None: unset, as before
+        if env is None:
+            os.environ.pop(_URI_ENV, None)
+        else:
+            os.environ[_URI_ENV] = env
         log.setLevel(level)
 
 

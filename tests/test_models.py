@@ -1,5 +1,7 @@
 """Choosing a checkpoint to register (pure) and refusing bad register arguments."""
 
+import os
+
 import pytest
 
 from jupyter_trainfactory.models import CheckpointModel, pick
@@ -42,3 +44,22 @@ def test_bad_choices_say_what_to_do():
         pick([ckpt(1, 0.5)], "best", "val_accuracy", "up")
     with pytest.raises(SpecError, match="is a higher val_accuracy better"):
         pick([ckpt(1, 0.5)], "best", "val_accuracy")
+
+
+def test_registering_leaves_the_processs_mlflow_uri_as_it_was(monkeypatch, tmp_path):
+    # restoring get_tracking_uri()'s default once set MLFLOW_TRACKING_URI to the cwd's
+    # mlflow.db for the rest of the process: the panel then read jobs from there
+    import mlflow
+
+    from jupyter_trainfactory.models import _mlflow_at
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow.set_tracking_uri(None)
+    with _mlflow_at(f"sqlite:///{tmp_path}/a.db"):
+        assert mlflow.get_tracking_uri() == f"sqlite:///{tmp_path}/a.db"
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mine:5000")  # the user's own
+    with _mlflow_at(f"sqlite:///{tmp_path}/a.db"):
+        pass
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://mine:5000"
+    assert mlflow.get_tracking_uri() == "http://mine:5000"
