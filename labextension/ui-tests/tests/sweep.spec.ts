@@ -17,9 +17,10 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
   await runByKeyboard(cells, 0);
   await runByKeyboard(cells, 1);
   const output = cells.nth(1).locator('.jp-OutputArea');
-  const header = output.locator('.tf-sweep-header');
+  const live = output.locator('.tf-sweep'); // the widget; the summary (hidden) has a copy
+  const header = live.locator('.tf-sweep-header');
   await expect(header).toContainText('running', { timeout: 240_000 });
-  await expect(output.locator('tr.tf-trial')).toHaveCount(2, {
+  await expect(live.locator('tr.tf-trial')).toHaveCount(2, {
     timeout: 240_000
   });
   await expect(output.locator('.bk-Canvas canvas').first()).toBeVisible({
@@ -30,7 +31,7 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
     timeout: 240_000
   });
   // best first: the smaller learning rate has the lower loss, and is highlighted
-  const best = output.locator('tr.tf-trial').first();
+  const best = live.locator('tr.tf-trial').first();
   await expect(best).toContainText('0.01');
   await expect(best).toHaveAttribute('style', /background/);
   await expect(output).not.toContainText('Error displaying widget');
@@ -57,7 +58,7 @@ test('the sweep leaderboard shows a row per trial and their curves', async ({
   // %train attach shows the leaderboard again in its own cell; the first cell's live
   // view closes and leaves its summary: the table and the best trial's curve
   await runByKeyboard(cells, 3);
-  await expect(cells.nth(3).locator('tr.tf-trial')).toHaveCount(2, {
+  await expect(cells.nth(3).locator('.tf-sweep tr.tf-trial')).toHaveCount(2, {
     timeout: 120_000
   });
   const kept = output.locator('.trainfactory-summary');
