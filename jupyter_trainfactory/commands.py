@@ -221,7 +221,7 @@ def register_text(version: dict) -> str:
     ``./mlruns`` or ``mlflow.db``)."""
     alias = f" (alias {version['alias']})" if version["alias"] else ""
     uri = mask_url(version.get("tracking_uri") or "")
-    point = f"mlflow.set_tracking_uri({uri!r}); " if uri else ""
+    point = f"import mlflow; mlflow.set_tracking_uri({uri!r}); " if uri else "import mlflow; "
     return (
         f"registered {version['name']} version {version['version']}{alias} from the checkpoint"
         f" of step {version['step']}; load it with"

@@ -213,6 +213,6 @@ def test_registers_load_line_points_mlflow_at_the_registry_first():
     version["tracking_uri"] = "http://alice:s3cret@127.0.0.1:5000"
     text = register_text(version)
     assert text.endswith(
-        "load it with mlflow.set_tracking_uri('http://alice:***@127.0.0.1:5000');"
+        "load it with import mlflow; mlflow.set_tracking_uri('http://alice:***@127.0.0.1:5000');"
         " mlflow.pyfunc.load_model('models:/digits@champion')"
     ), text

@@ -182,6 +182,10 @@ def test_the_board_keeps_a_static_summary_of_its_last_read(monkeypatch):
     assert board.summary("when the sweep ended") is None  # nothing read yet
     board.poll_once()
     assert f"trainfactory-live-{board.uid}" in board.table.value  # hides the summary
+    figure = board.plots.figures["metric"]
+    assert figure.legend[0] in figure.right and figure.legend[0] not in figure.center
+    assert len(figure.legend[0].items) == 3  # a line per trial, beside the plot
+    assert repr(board).startswith("<live leaderboard of sweep tf-12345678")
     bundle = board.summary("when the sweep ended")
     text = bundle["text/html"]
     assert f"trainfactory-summary-{board.uid}" in text

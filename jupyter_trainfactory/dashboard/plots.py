@@ -117,7 +117,8 @@ class PlotGrid:
         """Append ``(x, y)`` points to ``line`` of plot ``plot_id`` (made on first points).
 
         A plot with a ``line`` name gets a legend entry per line (one per device), at
-        ``legend_at`` (a bokeh ``LegendLocation``: the corner the lines leave free)."""
+        ``legend_at`` (a bokeh ``LegendLocation``: the corner the lines leave free, or
+        ``"outside"``: right of the plot area)."""
         if not points:
             return
         from bokeh.models import ColumnDataSource
@@ -139,8 +140,13 @@ class PlotGrid:
         fig.line("x", "y", source=cds, line_width=2, color=colour, **extra)
         if not line:
             fig.scatter("x", "y", source=cds, size=4, color=colour)
+        if line and fresh and legend_at == "outside":  # beside the plot: covers no line
+            legend = fig.legend[0]
+            fig.center.remove(legend)
+            fig.add_layout(legend, "right")
         if line:
-            fig.legend.location = legend_at
+            if legend_at != "outside":
+                fig.legend.location = legend_at
             fig.legend.label_text_font_size = "10px"
             fig.legend.click_policy = "hide"
             fig.legend.background_fill_alpha = 0.6

@@ -59,6 +59,9 @@ class SweepBoard(widgets.VBox):
         if start:
             self.start()
 
+    def __repr__(self) -> str:  # the text/plain of a saved notebook without its kernel
+        return f"<live leaderboard of sweep {self.job_id}: shown by its kernel; a summary is kept below>"
+
     def start(self) -> None:
         """Start the poller (again, once it stopped: a resumed sweep shows here)."""
         if self._thread is None or not self._thread.is_alive():
@@ -76,11 +79,11 @@ class SweepBoard(widgets.VBox):
             if new:
                 self._steps[row.index] = new[-1][0]
                 title = f"{view.metric} per trial"
-                # the corner the curves leave free: a loss falls from the top left, an
-                # accuracy rises to the top right
-                corner = "top_right" if view.mode == "min" else "bottom_right"
+                # beside the plot: with a few trials any corner of it covers some curve
                 line = f"trial {row.index}"
-                self.plots.line(_PLOT, new, title, "step", view.metric, line=line, legend_at=corner)
+                self.plots.line(
+                    _PLOT, new, title, "step", view.metric, line=line, legend_at="outside"
+                )
         self.view = view
         if view.state in _ENDED:
             self._publish("when the sweep ended")
