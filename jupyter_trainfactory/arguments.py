@@ -413,14 +413,13 @@ def _join_calls(argv: list[str]) -> list[str]:
     out: list[str] = []
     depth = 0
     for word in argv:
-        if depth > 0:
+        inside = depth > 0
+        if inside:
             out[-1] = f"{out[-1]} {word}"
-        elif _CALL.match(word):
-            out.append(word)
         else:
             out.append(word)
-            continue
-        depth = max(depth + word.count("(") - word.count(")"), 0)
+        if inside or _CALL.match(word):
+            depth = max(depth + word.count("(") - word.count(")"), 0)
     return out
 
 

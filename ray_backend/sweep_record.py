@@ -38,9 +38,10 @@ __all__ = [
 #: ASHA's ``max_t`` in reports: high enough never to end a trial itself (a trial that
 #: reports more often than this would be stopped there, and recorded as early-stopped).
 ASHA_MAX_T = 2**20
-#: A trial's cost metrics that its sweep's run sums (``cost/usd`` too): what ``%train
-#: costs`` shows of a sweep (wasted, accelerator-hours, the failures' parts)
+#: A trial's cost metrics that its sweep's run sums: what ``%train costs`` shows of a
+#: sweep (cost, wasted, accelerator-hours, the failures' parts)
 SUMMED_COSTS = (
+    "cost/usd",
     "cost/wasted_usd",
     "cost/accelerator_hours",
     *(f"cost/{category}_usd" for category in FAILURE_CATEGORIES),
@@ -91,8 +92,7 @@ class SweepRecord:
         self._recorders: dict[str, Any] = {}  # Tune trial id -> its RunRecorder (open)
         # "stopped": trials a stop of the sweep ended, unfinished (a resume runs them on)
         self.counts = {"finished": 0, "stopped_early": 0, "failed": 0, "stopped": 0}
-        self.costs: dict[str, float] = {}
-        self.cost_parts: dict[str, dict[str, float]] = {}  # trial id -> SUMMED_COSTS' values
+        self.trial_costs: dict[str, dict[str, float]] = {}  # trial id -> SUMMED_COSTS' values
         self.best: tuple[float, str] | None = None  # (value, trial id)
         self.error = ""
         self.early_stopped: dict[str, int] = {}  # trial id -> report ASHA stopped it at
@@ -154,9 +154,8 @@ class SweepRecord:
         running = len(self._recorders)
         values = {f"sweep/trials_{k}": v for k, v in self.counts.items()}
         values["sweep/trials_running"] = running
-        values["cost/usd"] = sum(self.costs.values())
         for key in SUMMED_COSTS:
-            values[key] = sum(parts.get(key, 0.0) for parts in self.cost_parts.values())
+            values[key] = sum(parts.get(key, 0.0) for parts in self.trial_costs.values())
         self._log_parent(values, sum(self.counts.values()))
 
     def finish(self, status: str, state: str, error: str = "", timeout_s: float = 60.0) -> None:
@@ -376,8 +375,8 @@ class SweepRecord:
         if metric not in result:
             from ray.tune.result import AUTO_RESULT_KEYS
 
-            tune_keys = {*AUTO_RESULT_KEYS, "done", "trial_id", "experiment_tag"}
-            tune_keys.add("checkpoint_path")  # ReportsToTune's
+            # Tune's own keys, and ReportsToTune's checkpoint_path
+            tune_keys = {*AUTO_RESULT_KEYS, "done", "trial_id", "experiment_tag", "checkpoint_path"}
             reported = sorted(k for k in result if k not in tune_keys)
             self.error = (
                 f"The function's reports have no {metric!r}; --metric must be one of the"
@@ -491,13 +490,16 @@ class SweepRecord:
             return
         self._keep_cost(trial_id, metrics)
 
+    @property
+    def costs(self) -> dict[str, float]:
+        """Each trial's cost (USD) as last read from its run."""
+        return {t: p["cost/usd"] for t, p in self.trial_costs.items() if "cost/usd" in p}
+
     def _keep_cost(self, trial_id: str, metrics: dict[str, float]) -> None:
         """A trial's cost and its parts (``SUMMED_COSTS``) from its run's metrics."""
-        if "cost/usd" in metrics:
-            self.costs[trial_id] = metrics["cost/usd"]
         parts = {k: metrics[k] for k in SUMMED_COSTS if k in metrics}
         if parts:
-            self.cost_parts[trial_id] = parts
+            self.trial_costs[trial_id] = parts
 
     # -- Tune's hooks ----------------------------------------------------------------
     def callback(self):

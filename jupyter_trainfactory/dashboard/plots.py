@@ -140,13 +140,13 @@ class PlotGrid:
         fig.line("x", "y", source=cds, line_width=2, color=colour, **extra)
         if not line:
             fig.scatter("x", "y", source=cds, size=4, color=colour)
-        if line and fresh and legend_at == "outside":  # beside the plot: covers no line
-            legend = fig.legend[0]
-            fig.center.remove(legend)
-            fig.add_layout(legend, "right")
         if line:
             if legend_at != "outside":
                 fig.legend.location = legend_at
+            elif fresh:  # beside the plot area, where it covers no line
+                legend = fig.legend[0]
+                fig.center.remove(legend)
+                fig.add_layout(legend, "right")
             fig.legend.label_text_font_size = "10px"
             fig.legend.click_policy = "hide"
             fig.legend.background_fill_alpha = 0.6

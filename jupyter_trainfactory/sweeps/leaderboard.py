@@ -27,6 +27,7 @@ __all__ = [
     "param_text",
     "planned_trials",
     "read_sweep",
+    "sweep_settings",
     "sweep_view",
 ]
 
@@ -137,7 +138,7 @@ def sweep_view(
     """The view of a sweep from its parent run, its child runs (``mlflow.entities.Run``)
     and ``histories`` (child run id -> the metric's ``Metric`` history)."""
     tags = parent.data.tags
-    settings = json.loads(tags.get(TAG.SWEEP, "{}") or "{}")
+    settings = sweep_settings(parent)
     metric, mode = settings.get("metric", ""), settings.get("mode", "min")
     keys = list(settings.get("space_text", {}))
     rows = []
@@ -176,10 +177,16 @@ def sweep_view(
     )
 
 
+def sweep_settings(parent) -> dict[str, Any]:
+    """The sweep's settings (metric, mode, trials, grid size, search space as text) from
+    its parent run's ``trainfactory.sweep`` tag; ``{}`` when there is none."""
+    return json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}")
+
+
 def planned_trials(parent) -> int:
     """The trials the sweep of parent run ``parent`` runs in all: ``--trials`` samples of
     each grid combination (0 when the run has no sweep settings)."""
-    settings = json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}")
+    settings = sweep_settings(parent)
     return int(settings.get("trials", 0)) * int(settings.get("grid_size", 1))
 
 
@@ -189,7 +196,7 @@ def panel_trials(parent, children: list) -> list[dict[str, Any]]:
     and its latest ``value`` (None before a report), ``step`` (the trial's furthest
     training step, None before one), ``cost_usd``, ``run_id``; best
     first by that value (the sweep's mode), trials without one last, then by index."""
-    settings = json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}")
+    settings = sweep_settings(parent)
     metric, mode = settings.get("metric", ""), settings.get("mode", "min")
     keys = list(settings.get("space_text", {}))
     rows = []
@@ -220,7 +227,7 @@ def read_sweep(mlflow_client, run_id: str) -> SweepView:
     one metric history per child)."""
     parent = mlflow_client.get_run(run_id)
     children = sweep_children(mlflow_client, parent)
-    metric = json.loads(parent.data.tags.get(TAG.SWEEP, "{}") or "{}").get("metric", "")
+    metric = sweep_settings(parent).get("metric", "")
     histories = {
         c.info.run_id: mlflow_client.get_metric_history(c.info.run_id, metric) if metric else []
         for c in children

@@ -4,11 +4,12 @@ jupyter_bokeh: BokehJS comes from the lab extension, as for the job dashboard).
 One background poller reads the sweep from MLflow (:func:`.leaderboard.read_sweep`) every
 ``interval_s`` and owns every widget write: the header line, the table of trials (best
 first, highlighted) and a plot of the metric per trial over steps, each trial a line that
-only gets its new points. It stops once the sweep ended and the last read is shown. Under the widget, the cell
-keeps a static summary (the leaderboard and the best trial's curve, plain HTML,
-:mod:`..dashboard.summary`): hidden while the widget shows, written when the sweep ends or
-when this view closes (``%train attach`` or ``resume`` shows a new one), so a reloaded or
-exported notebook still shows the sweep.
+only gets its new points. It stops once the sweep ended and the last read is shown.
+
+Under the widget, the cell keeps a static summary (the leaderboard and the best trial's
+curve, plain HTML, :mod:`..dashboard.summary`): hidden while the widget shows, written
+when the sweep ends or when this view closes (``%train attach`` or ``resume`` shows a new
+one), so a reloaded or exported notebook still shows the sweep.
 """
 
 from __future__ import annotations
