@@ -537,15 +537,17 @@ class JobManager:
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> str:
         """Block until the job is SUCCEEDED, FAILED or STOPPED; return that state.
 
-        Raises ``TimeoutError`` after ``timeout`` seconds.
+        Raises ``TimeoutError`` after ``timeout`` seconds, saying what the job waits for
+        (its reason: Ray's environment set-up, free resources, a restart).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            state = self.info(job_id).state
-            if state in TERMINAL_STATES:
-                return state
+            info = self.info(job_id)
+            if info.state in TERMINAL_STATES:
+                return info.state
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"Job {job_id} is still {state} after {timeout:g} s.")
+                waits = f" ({info.reason})" if info.reason else ""
+                raise TimeoutError(f"Job {job_id} is still {info.state}{waits} after {timeout:g} s.")
             time.sleep(poll_s)
 
 
