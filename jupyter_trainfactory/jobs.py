@@ -547,7 +547,9 @@ class JobManager:
                 return info.state
             if deadline is not None and time.monotonic() > deadline:
                 waits = f" ({info.reason})" if info.reason else ""
-                raise TimeoutError(f"Job {job_id} is still {info.state}{waits} after {timeout:g} s.")
+                raise TimeoutError(
+                    f"Job {job_id} is still {info.state}{waits} after {timeout:g} s."
+                )
             time.sleep(poll_s)
 
 

@@ -206,7 +206,8 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         run_id=run.info.run_id,
         run_status=run.info.status,
         submission_id=tags.get(TAG.SUBMISSION, ""),
-        step=latest_step(run),
+        # a sweep's run counts Tune's results, not a training step: its trials have steps
+        step=None if TAG.SWEEP in tags else latest_step(run),
         started=run.info.start_time / 1000 if run.info.start_time else None,
         ended=None if run.info.status == "RUNNING" else ended,  # a resume reopens the run
         reason=tags.get(TAG.REASON, ""),

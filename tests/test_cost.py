@@ -185,3 +185,5 @@ def test_money_shows_cents_or_two_significant_digits():
     assert money(0.0) == "0.00"
     assert money(0.05) == "0.05"
     assert money(0.000712) == "0.00071"
+    assert money(8.1e-05) == "0.000081"  # a 30 s CPU job: never "8.1e-05"
+    assert money(3e-9) == "<0.000001"

@@ -81,6 +81,8 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     assert metrics["sweep/trials_finished"] == 2 and metrics["sweep/trials_stopped_early"] == 2
     assert metrics["sweep/best"] == pytest.approx(0.1 + 1 / 30)
     assert metrics["cost/usd"] > 0
+    # the sweep's run counts Tune's results, no training step: status shows none
+    assert job.info().step is None and job.info().as_row()["step"] == "-"
     for key in ("cost/wasted_usd", "cost/accelerator_hours"):  # %train costs reads them
         total = sum(c.data.metrics.get(key, 0.0) for c in children)
         assert metrics.get(key, 0.0) == pytest.approx(total), key

@@ -184,8 +184,7 @@ class TrainingJobsManager:
             "owner": info.owner,
             "experiment": experiment,
             "state": info.state,
-            # a sweep's run counts Tune's results, not a training step: its trials have steps
-            "step": info.step if trials is None else None,
+            "step": info.step,  # None for a sweep (jobstate.job_info): its trials have steps
             "throughput": throughput,
             "throughput_unit": unit,
             "utilization": utilization,

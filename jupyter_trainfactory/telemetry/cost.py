@@ -424,9 +424,17 @@ def storage_cost(history: Sequence[Sequence[float]], price_gb_month: float, unti
     return total
 
 
+#: The smallest amount :func:`money` writes out; below it, ``"<0.000001"``.
+MONEY_FLOOR = 1e-6
+
+
 def money(amount: float) -> str:
     """An amount for people: to the cent (``1,234.50``), or to 2 significant digits when it
-    is less than a cent (``0.00071``), so a small CPU job does not read as free."""
+    is less than a cent (``0.00071``, ``0.000081``; never ``8.1e-05``), so a small CPU job
+    does not read as free; ``"<0.000001"`` below :data:`MONEY_FLOOR`."""
     if amount == 0 or abs(amount) >= 0.01:
         return f"{amount:,.2f}"
-    return f"{amount:.2g}"
+    if abs(amount) < MONEY_FLOOR:
+        return f"<{MONEY_FLOOR:.6f}"
+    decimals = 1 - math.floor(math.log10(abs(amount)))
+    return f"{amount:.{decimals}f}"
