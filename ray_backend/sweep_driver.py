@@ -10,9 +10,9 @@ the record) writing an MLflow child run of the sweep's run (:mod:`ray_backend.sw
 A graceful stop (``%train stop SWEEP``) rests the sweep: each running trial stops at its
 next checkpoint and waits; then the driver interrupts Tune with SIGUSR1, Tune's own
 Ctrl+C (it saves the experiment with those trials unfinished). A resume
-(``meta["resume"]`` > 0) continues with ``Tuner.restore``: unfinished trials run again
-(each ``TorchTrainer``, same name and storage, restores its newest checkpoint) and the
-search goes on to its trial budget.
+(``meta["resume"]`` > 0) continues with ``Tuner.restore``: unfinished and failed trials
+run again (each ``TorchTrainer``, same name and storage, restores its newest checkpoint)
+and the search goes on to its trial budget.
 Exit code 0 when the search ran to its end or rested, 1 when it failed, 130 when Ray
 stopped it.
 """
@@ -184,7 +184,11 @@ def build_tuner(meta: dict[str, Any], fn: Any, space: dict[str, Any], record, re
         register(meta["job_id"], record)
         print(f"trainfactory: sweep resumed from Tune's state at {path}", flush=True)
         return tune.Tuner.restore(
-            path, trainable, resume_unfinished=True, param_space={**base, **space}
+            path,
+            trainable,
+            resume_unfinished=True,
+            resume_errored=True,  # a failed sweep's resume tries its failed trials again
+            param_space={**base, **space},
         )
     return tune.Tuner(
         trainable,

@@ -352,13 +352,16 @@ class SweepRecord:
 
     def _reopen(self, key: str, run_id: str) -> int:
         """Reopen a trial's child run that an earlier submission closed (a resumed
-        sweep); returns the trial's resume count (0: the run is still open)."""
+        sweep: a stopped trial, or a failed one, which leaves the failed count); returns
+        the trial's resume count (0: the run is still open)."""
         from jupyter_trainfactory.submission import reopen_tags
         from jupyter_trainfactory.tracking import TAG
 
         run = self.client.get_run(run_id)
         if run.info.status == "RUNNING":
             return 0
+        if run.info.status == "FAILED":  # a failed sweep's resume tries its failed trials again
+            self.counts["failed"] = max(self.counts["failed"] - 1, 0)
         count = int(run.data.tags.get(TAG.RESUMES) or 0) + 1
         _, tags = reopen_tags(key, count, {}, time.time())
         for name, value in tags.items():

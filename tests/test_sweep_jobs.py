@@ -118,7 +118,7 @@ def test_a_metric_the_function_never_reports_fails_the_sweep_in_one_sentence(she
     assert child.info.status == "FAILED"
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_a_sweep_whose_every_trial_crashes_fails_with_the_trials_error(shell, mlflow_client):
     # no lr in the config: sweep_loop raises KeyError: 'lr' on every trial's rank 0
     job = shell.run_line_magic(
@@ -134,6 +134,14 @@ def test_a_sweep_whose_every_trial_crashes_fails_with_the_trials_error(shell, ml
     board.poll_once()
     assert "sweep failed: 2/2 trials done (0 stopped early, 2 failed)" in board.table.value
     assert "every trial failed" in board.table.value
+    # its resume tries the failed trials again, in their own runs: they fail again
+    shell.run_line_magic("train", f"resume {job.id}")
+    assert job.wait(timeout=180) == "FAILED", job.logs(tail=60)
+    assert "every trial failed (2 of 2)" in job.info().error, job.info().error
+    children = _children(mlflow_client, job)
+    assert [c.data.tags[TAG.RESUMES] for c in children] == ["1", "1"]
+    assert [c.info.status for c in children] == ["FAILED", "FAILED"]
+    assert mlflow_client.get_run(job.run_id).data.metrics["sweep/trials_failed"] == 2
 
 
 @pytest.mark.timeout(420)
