@@ -124,15 +124,25 @@ def _ranks_text(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
+#: Seconds after a node's first rank appeared that its sampler starts even before the
+#: job's first step (a long setup, a model load: its utilization is still sampled).
+SAMPLER_WAIT_S = 10.0
+
+
 class NodeSamplers:
     """One NodeSampler per node that hosts the job's workers, started as they appear.
 
     :meth:`poll` (every second, from the driver's main loop) reads where the ranks run
     from the recorder, starts the sampler of each new node (pinned to it, named
-    ``sampler_name(job, node)``), hands it the devices its workers see, and once every
+    ``sampler_name(job, node)``) and hands it the devices its workers see, and once every
     rank is placed records the job's placement (tag ``trainfactory.placement``) and
     warns when a ``pack`` request ended on more nodes than needed. A node's label is its
     address (``10-0-0-12``), with a node id prefix when several nodes share the address.
+
+    A node's sampler starts once the job has made its first step, or
+    :data:`SAMPLER_WAIT_S` after the node's first rank appeared: its process start
+    would otherwise compete with the workers' setup for the node's CPUs (measured: DDP
+    setup 1-1.5 s longer on a 2-CPU node, ``benchmarks/launch_latency.py``).
     """
 
     def __init__(self, ray, recorder, meta: dict[str, Any]):
@@ -150,6 +160,7 @@ class NodeSamplers:
         self._labels: dict[str, str] = {}
         self._watched: set[tuple[str, str | None]] = set()
         self._placement: dict[str, list[int]] | None = None
+        self._seen: dict[str, float] = {}  # node id -> when its first rank appeared
         self._stopped = False
 
     def _label(self, node_id: str, node_ip: str) -> str:
@@ -165,15 +176,20 @@ class NodeSamplers:
             self._labels[node_id] = label if len(same) <= 1 else f"{label}-{node_id[:6]}"
         return self._labels[node_id]
 
-    def poll(self) -> None:
+    def poll(self, now: float | None = None, force: bool = False) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from ray_backend.protocol import RECORDER_NAMESPACE, sampler_name
         from ray_backend.sampler import NodeSampler
 
+        now = time.monotonic() if now is None else now
         ranks = self._ray.get(self._recorder.ranks.remote(), timeout=30)
+        stepped = any(info.get("step", 0) > 0 for info in ranks.values())
         for info in ranks.values():
             node_id = info["node_id"]
+            seen = self._seen.setdefault(node_id, now)
+            if not (force or stepped or now - seen >= SAMPLER_WAIT_S):
+                continue  # the node's workers are still setting up: keep their CPUs
             if node_id not in self._actors:
                 self._actors[node_id] = (
                     self._ray.remote(NodeSampler)
@@ -238,7 +254,7 @@ class NodeSamplers:
             return
         self._stopped = True
         try:
-            self.poll()
+            self.poll(force=True)
         except Exception as exc:
             print(f"trainfactory: node samplers: {exc}", flush=True)
         refs = [actor.stop.remote() for actor in self._actors.values()]

@@ -222,10 +222,12 @@ class RunRecorder:
         return kill_workers(where)
 
     def ranks(self) -> dict[int, dict[str, Any]]:
-        """Where the current attempt's ranks run: ``{rank: {pid, node_id, node_ip,
-        visible}}`` (ranks appear as their workers start)."""
+        """Where the current attempt's ranks run and how far they got: ``{rank: {pid,
+        node_id, node_ip, visible, step}}`` (ranks appear as their workers start; ``step``
+        0 until the rank's first step or report of this attempt arrives)."""
         with self._lock:
-            return {r: dict(info) for r, info in self.attempts.ranks.items()}
+            steps = self.attempts.rank_steps
+            return {r: {**info, "step": steps.get(r, 0)} for r, info in self.attempts.ranks.items()}
 
     def ranks_on_node(self, node: str) -> list[int]:
         """Ranks whose worker runs on ``node`` (an IP, or a node id or its prefix)."""

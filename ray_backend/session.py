@@ -63,6 +63,9 @@ _log = logging.getLogger("trainfactory")
 
 #: How long a worker waits after that report for the driver to end the job.
 STOP_WAIT_S = 120.0
+#: Seconds rank 0 waits for the loop's first step before it reads the versions anyway (a
+#: long first step, a model load: the run still gets them while the job runs).
+VERSIONS_WAIT_S = 10.0
 #: Lines of a failing rank's traceback kept for ``%train status`` and the dashboard.
 TRACEBACK_LINES = 12
 
@@ -377,6 +380,7 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     report = ray.train.report
 
     def timed_report(metrics, checkpoint=None, *args, **kwargs):
+        worker.progressed.set()
         # a stop point like should_stop(): every rank marks the same report
         stop_seen = worker.check(wait_s=STOP_WAIT_S)
         if stop_seen:  # tells the recorder: the first report at the agreed stop point
@@ -529,9 +533,13 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
     if rank == 0 and recorder is not None:
         recorder.set_state.remote("RUNNING", "")
         # the versions as the workers see them (the notebook's may differ): read beside
-        # the loop, which does not wait for them (about 1 s on a 2-CPU node)
+        # the loop once it has made its first step (about 1 s of this process's CPU on a
+        # 2-CPU node, which would otherwise hold up DDP's setup and the first step)
         versions = threading.Thread(
-            target=_send_environment, args=(recorder,), name="trainfactory-versions", daemon=True
+            target=_send_environment,
+            args=(recorder, telemetry.progressed),
+            name="trainfactory-versions",
+            daemon=True,
         )
         versions.start()
     undo = _patch_ray(telemetry)
@@ -546,15 +554,19 @@ def run_instrumented(fn: Callable[[dict], Any], job_id: str, config: dict) -> An
     finally:
         undo()
         if versions is not None:  # sent before the run can close
+            telemetry.progressed.set()
             versions.join(timeout=60)
         telemetry.close()
         _current = None
 
 
-def _send_environment(recorder) -> None:
-    """Send the recorder this process's versions (``lineage.environment``, ``pip_freeze``)."""
+def _send_environment(recorder, progressed: threading.Event) -> None:
+    """Send the recorder this process's versions (``lineage.environment``, ``pip_freeze``)
+    once ``progressed`` is set (the first step, ``log()`` or report, or the loop's end) or
+    :data:`VERSIONS_WAIT_S` have passed, whichever comes first."""
     from jupyter_trainfactory import lineage
 
+    progressed.wait(VERSIONS_WAIT_S)
     try:
         recorder.set_environment.remote(lineage.environment(), lineage.pip_freeze())
     except Exception:  # the versions are a record, never a reason to fail a job

@@ -81,6 +81,9 @@ class WorkerTelemetry:
         self._closing = False
         self._logged_step: int | None = None  # the last step given to log()
         self._replies: list[Any] = []
+        #: Set at this rank's first step, ``log()`` or report: what waits for it (the
+        #: versions, read in a thread) stays off the path to the first step.
+        self.progressed = threading.Event()
 
     # -- recording (called from the training loop; cheap) ----------------------------
     @property
@@ -96,6 +99,7 @@ class WorkerTelemetry:
         rank_zero_only: bool = True,
     ) -> None:
         now = time.time()
+        self.progressed.set()
         with self._lock:
             self._log_calls += 1
             if samples:
@@ -117,6 +121,7 @@ class WorkerTelemetry:
                 self._points.append([prefix + str(key), number, at, now])
 
     def add_step(self, seconds: float, samples: float | None, tokens: float | None) -> None:
+        self.progressed.set()
         with self._lock:
             self._steps += 1
             self._step_time += seconds

@@ -343,7 +343,7 @@ A, B = "a1" * 28, "b2" * 28  # Ray node ids: 28 bytes in hex
 def test_a_pack_request_that_ended_spread_is_warned_about(capsys):
     """The driver's NodeSamplers record where the ranks run and warn when ``pack`` used
     more nodes than the cluster needed (Ray's PACK is best effort)."""
-    from ray_backend.driver import NodeSamplers
+    from ray_backend.driver import SAMPLER_WAIT_S, NodeSamplers
 
     class Call:
         def __init__(self, fn):
@@ -392,6 +392,9 @@ def test_a_pack_request_that_ended_spread_is_warned_about(capsys):
     spec = JobSpec("t", workers=2).to_dict()
     samplers = NodeSamplers(ray, recorder, {"job_id": "tf-1", "spec": spec, "min_nodes": 1})
     samplers.poll()
+    assert ray.started == []  # before the first step: the workers' setup keeps the CPUs
+    ranks[1]["step"] = 1
+    samplers.poll()
     assert sorted(ray.started) == ["10-0-0-1", "10-0-0-2"]  # one sampler per worker node
     placement = json.loads(tags["trainfactory.placement"])
     assert placement["nodes"] == {"10-0-0-1": [0], "10-0-0-2": [1]}
@@ -403,8 +406,15 @@ def test_a_pack_request_that_ended_spread_is_warned_about(capsys):
     # spread asked for it: no warning
     tags.clear()
     spec = JobSpec("t", workers=2, placement="spread").to_dict()
-    NodeSamplers(ray, recorder, {"job_id": "tf-2", "spec": spec, "min_nodes": 1}).poll()
+    ranks[1]["step"] = 0
+    ray.started.clear()
+    samplers = NodeSamplers(ray, recorder, {"job_id": "tf-2", "spec": spec, "min_nodes": 1})
+    samplers.poll(now=100.0)
     assert tags["trainfactory.placement.warning"] == ""
+    samplers.poll(now=100.0 + SAMPLER_WAIT_S - 1)
+    assert ray.started == []
+    samplers.poll(now=100.0 + SAMPLER_WAIT_S)  # no step yet, but a long setup is sampled
+    assert sorted(ray.started) == ["10-0-0-1", "10-0-0-2"]
 
 
 def test_the_cluster_summary(gpu_cluster):
