@@ -48,6 +48,7 @@ from ray.train.torch import TorchTrainer
 fn = cloudpickle.loads(open(sys.argv[1], "rb").read())
 config, storage, max_failures = json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 ray.init(log_to_driver=True)
+print("PLAIN_JOB_ID", ray.get_runtime_context().get_job_id(), flush=True)
 TorchTrainer(fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
              run_config=RunConfig(storage_path=storage,
                                   failure_config=FailureConfig(max_failures=max_failures))).fit()

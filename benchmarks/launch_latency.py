@@ -12,8 +12,11 @@ alternated rounds, on the same warm cluster (the embedded Ray head):
 Rank 0 prints the wall-clock time (``time.time()``) at which the function was entered and
 at which its first step ended; each figure is that time minus the moment this script
 called ``launch`` (a, c) or started the driver process (b). Prints the medians, their
-min-max spread, (a)'s last round's actors from Ray's state API (``launch_timeline.py``: when
-each was asked for, got its process and was ready), and on the last line a/b and c/b
+min-max spread, (a)'s and (b)'s last round's actors from Ray's state API
+(``launch_timeline.py``: when each was asked for, got its process and was ready), the CPU
+seconds every process on this machine used from the round's start to its first step (in
+all, and by process for (a)'s and (b)'s last round: on a 2-CPU node the launch is bound by
+CPU, so what each process costs is where the seconds go), and on the last line a/b and c/b
 (goals: a/b <= 1.0, c/b <= 0.5).
 
 Usage: python benchmarks/launch_latency.py [--rounds 3]  (short mode: --rounds 1)
@@ -33,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import embedded_services, plain_fit, spread  # noqa: E402
+from launch_timeline import CpuByProcess, cpu_lines  # noqa: E402
 
 MARK = "FIRST_STEP "
 
@@ -91,7 +95,32 @@ def via_trainfactory(steps: int) -> dict[str, float]:
 
 def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
     t0, output = plain_fit(services, first_step_fn, {"steps": steps}, scratch)
-    return _marks(output, t0)
+    marks = _marks(output, t0)
+    try:  # the same actors' timeline as (a)'s
+        from launch_timeline import job_events, timeline_lines
+
+        from jupyter_trainfactory.rayjobs import RayClients
+
+        ray_job_id = next(x for x in output.splitlines() if x.startswith("PLAIN_JOB_ID "))
+        ray = RayClients(services.dashboard_url, services)
+        events = job_events(ray.address, ray.headers(ray.address), ray_job_id.split()[1])
+        marks["timeline"] = timeline_lines(events, t0)
+    except Exception as exc:  # a diagnostic: the ratio does not depend on it
+        marks["timeline"] = [f"    (no timeline: {exc})"]
+    return marks
+
+
+def with_cpu(measure, *args) -> dict[str, float]:
+    """``measure(*args)``'s marks, with ``cpu`` (``{process class: CPU s}`` of every
+    process on this machine from the round's start to its first step) added."""
+    cpu = CpuByProcess().start()
+    started = time.time()
+    try:
+        marks = measure(*args)
+    finally:
+        cpu.stop()
+    marks["cpu"] = cpu.upto(started + marks["first_step"])
+    return marks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     with embedded_services() as services, tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.rounds):
-            results["a"].append(via_trainfactory(args.steps))
-            results["c"].append(via_trainfactory(args.steps))
-            results["b"].append(via_plain_ray(services, args.steps, Path(scratch)))
+            results["a"].append(with_cpu(via_trainfactory, args.steps))
+            results["c"].append(with_cpu(via_trainfactory, args.steps))
+            results["b"].append(with_cpu(via_plain_ray, services, args.steps, Path(scratch)))
 
     print(f"two workers, {os.cpu_count()} CPUs, {args.rounds} round(s) of a c b")
     print(f"(ran {time.time() - started:.0f} s)")
@@ -124,8 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         print(spread("    function entered", [r["entered"] for r in results[key]], "s"))
         if key != "b":
             print(spread("    launch() returned", [r["submitted"] for r in results[key]], "s"))
-    print("(a)'s last round, from Ray's state API:")
-    print("\n".join(results["a"][-1].pop("timeline")))
+        cpu = [sum(r["cpu"].values()) for r in results[key]]
+        print(spread("    CPU to the first step, all processes", cpu, "s", 1))
+    for key in ("a", "b"):
+        print(f"({key})'s last round, from Ray's state API:")
+        print("\n".join(results[key][-1].pop("timeline")))
+        print(f"({key})'s last round, CPU s to the first step by process:")
+        print("\n".join(cpu_lines(results[key][-1]["cpu"])))
     for rounds in results.values():
         for r in rounds:
             r.pop("timeline", None)
@@ -133,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": results, "median": med}, indent=2))
     a_b, c_b = med["a"] / med["b"], med["c"] / med["b"]
+    for key in ("a", "c"):  # each round's pair ran back to back: the machine's drift cancels
+        rounds = zip(results[key], results["b"], strict=True)
+        pairs = [r["first_step"] / b["first_step"] for r, b in rounds]
+        print(spread(f"{key}/b round by round", pairs, "", 2))
     print(
         f"a/b = {a_b:.2f} (goal <= 1.0: {'met' if a_b <= 1.0 else 'NOT met'}),"
         f" c/b = {c_b:.2f} (goal <= 0.5: {'met' if c_b <= 0.5 else 'NOT met'})"

@@ -56,8 +56,10 @@ def test_launch_latency_short_mode_prints_its_ratios(services):
     match = re.match(r"a/b = (\d+\.\d+) .*, c/b = (\d+\.\d+) ", lines[-1])
     assert match, lines[-1]
     assert all(float(x) > 0 for x in match.groups())
-    assert sum("first step" in line for line in lines) == 3  # a, c and b each measured
+    assert sum(": first step" in line for line in lines) == 3  # a, c and b each measured
     assert any(line.split()[:1] == ["RayTrainWorker"] for line in lines), lines  # the timeline
+    assert sum("CPU to the first step" in line for line in lines) == 3
+    assert sum(line.split()[:1] == ["total"] for line in lines) == 2  # a's and b's tables
 
 
 @pytest.mark.job
