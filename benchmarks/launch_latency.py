@@ -1,7 +1,8 @@
 """How long a launch takes to its first training step, next to a plain Ray Train ``fit()``.
 
 The same small two-worker function (a DDP-prepared linear model, gloo on CPU) runs, in
-alternated rounds, on the same warm cluster (the embedded Ray head):
+alternated rounds, on the same cluster (the embedded Ray head), warmed first by one launch
+that is not measured (``--warmup 0``: none):
 
 - (a) ``trainfactory.launch(fn, workers=2)`` from this process, to the first step of rank 0;
 - (c) right after (a), a second launch of the same function with nothing changed;
@@ -16,10 +17,19 @@ min-max spread, (a)'s and (b)'s last round's actors from Ray's state API
 (``launch_timeline.py``: when each was asked for, got its process and was ready), the CPU
 seconds every process on this machine used from the round's start to its first step (in
 all, and by process for (a)'s and (b)'s last round: on a 2-CPU node the launch is bound by
-CPU, so what each process costs is where the seconds go), and on the last line a/b and c/b
-(goals: a/b <= 1.0, c/b <= 0.5).
+CPU, so what each process costs is where the seconds go), each round's a/b and c/b, and on
+the last line a/b and c/b of the medians (goals: a/b <= 1.0, c/b <= 0.5).
 
-Usage: python benchmarks/launch_latency.py [--rounds 3]  (short mode: --rounds 1)
+The CPU table's rows: an actor class (its ``__init__`` and methods, in its own process),
+``worker start`` (a Ray worker process before it takes its actor: the interpreter,
+``import ray``, the actor class's imports), ``driver`` (the job's, or the plain
+``fit()``'s), ``this benchmark`` (its ``launch``, ``wait`` and sampling), ``Ray system``
+(raylet, GCS, dashboard, agents), ``MLflow server`` and ``(the rest)``, the classes past
+the first nine. Ray Train V2's own actors appear under their names (``DatasetManager``,
+``PreemptionWatcher``, Ray Data's ``_AutoscalingCoordinatorActor``).
+
+Usage: python benchmarks/launch_latency.py [--rounds 3] [--steps 5] [--warmup 1]
+(short mode: --rounds 1 --steps 2 --warmup 0)
 """
 
 from __future__ import annotations
@@ -104,7 +114,7 @@ def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
         ray_job_id = next(x for x in output.splitlines() if x.startswith("PLAIN_JOB_ID "))
         ray = RayClients(services.dashboard_url, services)
         events = job_events(ray.address, ray.headers(ray.address), ray_job_id.split()[1])
-        marks["timeline"] = timeline_lines(events, t0)
+        marks["timeline"] = timeline_lines(events, t0, "the driver process started")
     except Exception as exc:  # a diagnostic: the ratio does not depend on it
         marks["timeline"] = [f"    (no timeline: {exc})"]
     return marks
@@ -127,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured launches first")
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args(argv)
 
@@ -136,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, float]]] = {"a": [], "c": [], "b": []}
     started = time.time()
     with embedded_services() as services, tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.warmup):  # the first launch on fresh services is not measured
+            via_trainfactory(args.steps)
         for _ in range(args.rounds):
             results["a"].append(with_cpu(via_trainfactory, args.steps))
             results["c"].append(with_cpu(via_trainfactory, args.steps))
@@ -146,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     names = {
         "a": "(a) trainfactory.launch",
         "c": "(c) the same launch again",
-        "b": "(b) plain TorchTrainer.fit()",
+        "b": "(b) plain fit()",
     }
     for key, label in names.items():
         print(spread(f"{label}: first step", [r["first_step"] for r in results[key]], "s"))
@@ -154,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         if key != "b":
             print(spread("    launch() returned", [r["submitted"] for r in results[key]], "s"))
         cpu = [sum(r["cpu"].values()) for r in results[key]]
-        print(spread("    CPU to the first step, all processes", cpu, "s", 1))
+        print(spread("    CPU of all processes", cpu, "s", 1))
     for key in ("a", "b"):
         print(f"({key})'s last round, from Ray's state API:")
         print("\n".join(results[key][-1].pop("timeline")))

@@ -78,10 +78,13 @@ def job_events(
     return out
 
 
-def timeline_lines(events: dict[str, list[dict[str, float]]], t0: float) -> list[str]:
+def timeline_lines(
+    events: dict[str, list[dict[str, float]]], t0: float, since: str = "launch() was called"
+) -> list[str]:
     """One line per actor class (the latest of several, e.g. the workers), times in s
-    after ``t0``; a class the job did not start is left out."""
-    lines = ["    actor                  asked  process  ready  (s after launch() was called)"]
+    after ``t0`` (the moment ``since`` names); a class the job did not start is left out.
+    Ray's job supervisor is not among them: it belongs to the dashboard's Ray job."""
+    lines = [f"    actor                  asked  process  ready  (s after {since})"]
     for cls in ACTORS:
         if cls not in events:
             continue
@@ -103,11 +106,12 @@ def process_class(cmdline: list[str], bench_pid: int, pid: int) -> str:
     """What a process is, from its command line (Ray sets an actor's to ``ray::Class...``):
     an actor class (``RunRecorder``), ``worker start`` (a Ray worker process before its
     actor's class is loaded: the interpreter, ``import ray``, the class's imports),
-    ``driver`` (the job's driver, or the plain ``fit()``'s), ``benchmark (launch, wait)``,
+    ``driver`` (the job's driver, or the plain ``fit()``'s), ``this benchmark`` (its
+    ``launch``, ``wait`` and sampling),
     ``MLflow server``, ``Ray system`` (raylet, GCS, dashboard, agents) or ``other``."""
     text = " ".join(cmdline)
     if pid == bench_pid:
-        return "benchmark (launch, wait)"
+        return "this benchmark"
     if text.startswith("ray::"):
         title = text[5:].split()[0] if text[5:].split() else ""
         if title.startswith("IDLE"):
