@@ -46,7 +46,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import embedded_services, plain_fit, spread  # noqa: E402
-from launch_timeline import CpuByProcess, cpu_lines  # noqa: E402
+from launch_timeline import (  # noqa: E402
+    CpuByProcess,
+    cpu_lines,
+    creation_events,
+    job_events,
+    timeline_lines,
+)
 
 MARK = "FIRST_STEP "
 
@@ -94,29 +100,31 @@ def via_trainfactory(steps: int) -> dict[str, float]:
     if state != "SUCCEEDED":
         raise SystemExit(f"job {job.id} ended {state}; log tail:\n{logs[-3000:]}")
     marks = {"submitted": submitted, **_marks(logs, t0)}
-    try:  # where the seconds went, from Ray's state API (launch_timeline.py)
-        from launch_timeline import creation_events, timeline_lines
-
-        marks["timeline"] = timeline_lines(creation_events(job), t0)
-    except Exception as exc:  # a diagnostic: the ratio does not depend on it
-        marks["timeline"] = [f"    (no timeline: {exc})"]
+    marks["timeline"] = _timeline(lambda: creation_events(job), t0, "launch() was called")
     return marks
+
+
+def _timeline(events, t0: float, since: str) -> list[str]:
+    """The timeline lines of ``events()`` (launch_timeline.py), or one line saying why
+    there are none: a diagnostic, the ratio does not depend on it."""
+    try:
+        return timeline_lines(events(), t0, since)
+    except Exception as exc:
+        return [f"    (no timeline: {exc})"]
 
 
 def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
     t0, output = plain_fit(services, first_step_fn, {"steps": steps}, scratch)
-    marks = _marks(output, t0)
-    try:  # the same actors' timeline as (a)'s
-        from launch_timeline import job_events, timeline_lines
 
+    def events():  # the same actors as (a)'s, of the plain driver's Ray job
         from jupyter_trainfactory.rayjobs import RayClients
 
         ray_job_id = next(x for x in output.splitlines() if x.startswith("PLAIN_JOB_ID "))
         ray = RayClients(services.dashboard_url, services)
-        events = job_events(ray.address, ray.headers(ray.address), ray_job_id.split()[1])
-        marks["timeline"] = timeline_lines(events, t0, "the driver process started")
-    except Exception as exc:  # a diagnostic: the ratio does not depend on it
-        marks["timeline"] = [f"    (no timeline: {exc})"]
+        return job_events(ray.address, ray.headers(ray.address), ray_job_id.split()[1])
+
+    marks = _marks(output, t0)
+    marks["timeline"] = _timeline(events, t0, "the driver process started")
     return marks
 
 

@@ -113,7 +113,7 @@ def process_class(cmdline: list[str], bench_pid: int, pid: int) -> str:
     if pid == bench_pid:
         return "this benchmark"
     if text.startswith("ray::"):
-        title = text[5:].split()[0] if text[5:].split() else ""
+        title = (text[5:].split() or [""])[0]
         if title.startswith("IDLE"):
             return "worker start"
         return title.split(":")[-1].split(".")[0] or "other"
@@ -152,6 +152,7 @@ class CpuByProcess:
         self._psutil, self._me = psutil, os.getpid()
         self._seen: dict[tuple[int, float], float] = {}
         self._totals: dict[str, float] = {}
+        self._parents: dict[tuple[int, float], bool] = {}
         self._sample(count=False)  # what ran before counts from here
         self._thread.start()
         return self
@@ -163,8 +164,7 @@ class CpuByProcess:
                 times = proc.cpu_times()
                 cpu = times.user + times.system
                 name = process_class(proc.cmdline(), self._me, proc.pid)
-                parent = proc.parent() if name == "other" else None
-                if parent is not None and "mlflow" in " ".join(parent.cmdline()):
+                if name == "other" and self._mlflow_child(key, proc):
                     name = "MLflow server"  # its uvicorn workers (multiprocessing spawn)
             except (self._psutil.Error, OSError):
                 continue
@@ -173,6 +173,13 @@ class CpuByProcess:
             if count and cpu > before:
                 self._totals[name] = self._totals.get(name, 0.0) + cpu - before
         self._samples.append((time.time(), dict(self._totals)))
+
+    def _mlflow_child(self, key: tuple[int, float], proc) -> bool:
+        """Whether ``proc``'s parent is the MLflow server (read once per process)."""
+        if key not in self._parents:
+            parent = proc.parent()
+            self._parents[key] = parent is not None and "mlflow" in " ".join(parent.cmdline())
+        return self._parents[key]
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
