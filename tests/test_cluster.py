@@ -446,6 +446,28 @@ def test_the_driver_refuses_an_interpreter_that_cannot_run_the_function():
         check_interpreter({"python": here, "ray": "1.13.0"})
 
 
+@pytest.mark.parametrize("fit_running", [True, False])
+def test_a_driver_left_with_fit_running_skips_the_interpreter_shutdown(fit_running):
+    # After a stop, fit() still waits in its thread; the interpreter's shutdown would
+    # race it (a SIGSEGV seen as a FAILED Ray job), so the driver leaves by os._exit.
+    import subprocess
+    import sys
+
+    script = f"""
+import atexit, threading, time
+from ray_backend.driver import FIT_THREAD, exit_driver
+atexit.register(lambda: print("interpreter shutdown"))
+if {fit_running}:
+    threading.Thread(target=time.sleep, args=(600,), name=FIT_THREAD, daemon=True).start()
+print("run closed", end="")  # unflushed: still written
+exit_driver(7)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 7, done.stderr
+    expected = "run closed" if fit_running else "run closedinterpreter shutdown\n"
+    assert done.stdout == expected
+
+
 def test_an_address_where_nothing_answers_is_one_sentence(tmp_path):
     from jupyter_trainfactory.jobs import JobManager
 
