@@ -2,7 +2,8 @@
 
 The same small two-worker function (a DDP-prepared linear model, gloo on CPU) runs, in
 alternated rounds, on the same cluster (the embedded Ray head), warmed first by one launch
-that is not measured (``--warmup 0``: none):
+that is not measured (``--warmup 0``: none), each measurement started once the machine's
+CPUs are idle (:func:`settle`):
 
 - (a) ``trainfactory.launch(fn, workers=2)`` from this process, to the first step of rank 0;
 - (c) right after (a), a second launch of the same function with nothing changed;
@@ -128,9 +129,29 @@ def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
     return marks
 
 
+#: A measurement starts once the machine's CPUs were at most this busy (percent, over
+#: 1 s), as a user's launch on an idle cluster would: the job before it still ends its
+#: processes and closes its run for several seconds after ``wait()`` returns.
+IDLE_PERCENT = 15.0
+
+
+def settle(limit_s: float = 60.0) -> float:
+    """Wait until the CPUs were at most :data:`IDLE_PERCENT` busy over 1 s (``limit_s`` at
+    most); returns the seconds waited."""
+    import psutil
+
+    started = time.monotonic()
+    while psutil.cpu_percent(interval=1.0) > IDLE_PERCENT:
+        if time.monotonic() - started > limit_s:
+            break
+    return time.monotonic() - started
+
+
 def with_cpu(measure, *args) -> dict[str, float]:
-    """``measure(*args)``'s marks, with ``cpu`` (``{process class: CPU s}`` of every
-    process on this machine from the round's start to its first step) added."""
+    """``measure(*args)``'s marks, once the machine is idle (:func:`settle`; ``settled``:
+    the seconds waited), with ``cpu`` (``{process class: CPU s}`` of every process on this
+    machine from the round's start to its first step) added."""
+    settled = settle()
     cpu = CpuByProcess().start()
     started = time.time()
     try:
@@ -138,6 +159,7 @@ def with_cpu(measure, *args) -> dict[str, float]:
     finally:
         cpu.stop()
     marks["cpu"] = cpu.upto(started + marks["first_step"])
+    marks["settled"] = settled
     return marks
 
 
@@ -176,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             print(spread("    launch() returned", [r["submitted"] for r in results[key]], "s"))
         cpu = [sum(r["cpu"].values()) for r in results[key]]
         print(spread("    CPU of all processes", cpu, "s", 1))
+        print(
+            spread("    waited for idle CPUs before", [r["settled"] for r in results[key]], "s", 1)
+        )
     for key in ("a", "b"):
         print(f"({key})'s last round, from Ray's state API:")
         print("\n".join(results[key][-1].pop("timeline")))

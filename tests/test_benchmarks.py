@@ -59,6 +59,7 @@ def test_launch_latency_short_mode_prints_its_ratios(services):
     assert sum(": first step" in line for line in lines) == 3  # a, c and b each measured
     assert any(line.split()[:1] == ["RayTrainWorker"] for line in lines), lines  # the timeline
     assert sum("CPU of all processes" in line for line in lines) == 3
+    assert sum("waited for idle CPUs before" in line for line in lines) == 3
     assert sum(line.split()[:1] == ["total"] for line in lines) == 2  # a's and b's tables
 
 
