@@ -3,7 +3,8 @@
 The MLflow run is the record of a job: the job list comes from MLflow (so it outlives a
 local Ray head), the live state from the Ray Jobs API. The parts: job states
 (:mod:`.jobstate`), the payload (:mod:`.payload`), Ray clients (:mod:`.rayjobs`), what a
-run records (:mod:`.submission`), logs (:mod:`.joblogs`), the handle (:mod:`.job`).
+run records (:mod:`.submission`), logs (:mod:`.joblogs`), requests to a running job
+(stop, chaos) and the wait for its end (:mod:`.jobcontrol`), the handle (:mod:`.job`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import runreads, submission, tracking
+from . import jobcontrol, runreads, submission, tracking
 from .cluster import ClusterInfo, Placement, check_job, resolve_address
 from .datasets import check_datasets, describe, lineage_tags, pack
 from .errors import JobNotFound, TrackingUnreachable
@@ -62,12 +63,6 @@ __all__ = [
 
 #: Environment variable with the default storage path (``--storage``) of every door.
 STORAGE_ENV = "TRAINFACTORY_STORAGE"
-
-
-def _tags(tags: dict[str, str]) -> list:
-    from mlflow.entities import RunTag
-
-    return [RunTag(k, v) for k, v in tags.items()]
 
 
 class JobManager:
@@ -200,19 +195,9 @@ class JobManager:
         from . import lineage, redact
         from .payload import function_source
 
-        if not callable(fn):
-            raise SpecError(f"{spec.function_name!r} is not callable.")
-        if model_fn is not None and not callable(model_fn):
-            raise SpecError(f"model_fn must be a function, got {type(model_fn).__name__}.")
-        spec.validate()
-        data = _digest_inputs(inputs or {})
-        datasets = check_datasets(datasets, spec.dataset_config)
-        described = [describe(name, value) for name, value in datasets.items()]
-        datasets = pack(datasets)
-        placement = self.check(spec)
-        if kind is not None:
-            kind.check(placement)
-
+        data, datasets, described, placement = self._checked(
+            fn, spec, inputs, model_fn, datasets, kind
+        )
         job_id = submission.new_job_id()
         source = function_source(fn)
         code = lineage.code_version(spec.source, source or repr(fn))
@@ -256,6 +241,24 @@ class JobManager:
             self.mlflow_client.set_terminated(run_id, "FAILED")
             raise SpecError(f"Ray refused the job: {str(exc).splitlines()[0]}") from exc
         return Job(job_id, run_id, self)
+
+    def _checked(self, fn, spec: JobSpec, inputs, model_fn, datasets, kind):
+        """``submit``'s checks, before anything is written: returns the declared inputs'
+        digests, the datasets packed for the payload and their descriptions, and where
+        the job may run (:meth:`check`). Raises SpecError."""
+        if not callable(fn):
+            raise SpecError(f"{spec.function_name!r} is not callable.")
+        if model_fn is not None and not callable(model_fn):
+            raise SpecError(f"model_fn must be a function, got {type(model_fn).__name__}.")
+        spec.validate()
+        data = _digest_inputs(inputs or {})
+        datasets = check_datasets(datasets, spec.dataset_config)
+        described = [describe(name, value) for name, value in datasets.items()]
+        packed = pack(datasets)
+        placement = self.check(spec)
+        if kind is not None:
+            kind.check(placement)
+        return data, packed, described, placement
 
     def _record_code(self, run_id: str, source: str, git_diff: str, data: list) -> None:
         """The function's source, the uncommitted changes and the declared inputs."""
@@ -341,12 +344,12 @@ class JobManager:
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
         previous = {k: tags.get(k, "") for k in (TAG.SUBMISSION, TAG.STATE, TAG.REASON)}
         submission_id, reopen = submission.reopen_tags(job_id, count, changes, time.time())
-        self.mlflow_client.log_batch(run_id, tags=_tags(reopen))
+        self.mlflow_client.log_batch(run_id, tags=tracking.run_tags(reopen))
         self.mlflow_client.update_run(run_id, status="RUNNING")
         try:
             self._submit(job_id, submission_id, run_id, spec, payload)
         except Exception as exc:
-            self.mlflow_client.log_batch(run_id, tags=_tags(previous))
+            self.mlflow_client.log_batch(run_id, tags=tracking.run_tags(previous))
             with contextlib.redirect_stdout(io.StringIO()):
                 self.mlflow_client.set_terminated(run_id, status=run.info.status)
             raise SpecError(f"Ray refused the resume: {str(exc).splitlines()[0]}") from exc
@@ -375,44 +378,9 @@ class JobManager:
         timeout: float = 60.0,
         trial: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Kill a running job's worker process (fault injection, as acceptance tests of a
-        platform do): the one of ``rank`` (None: the last rank), or with ``node`` (an IP
-        or a node id) every worker process of the job on that node.
-
-        The request reaches the job through its run (tag ``trainfactory.chaos``); the
-        job's recorder kills the processes with SIGKILL from a Ray task on their node and
-        answers in ``trainfactory.chaos.done``. Ray Train then sees a worker failure and
-        restarts from the latest checkpoint if ``max_failures`` allows. Returns the
-        processes killed: ``[{"rank", "pid", "node"}]``.
-
-        A sweep's ``trial`` (its index): the request goes to that trial's child run, and
-        its recorder kills the trial's worker the same way.
-
-        Raises SpecError when the job (or trial) is not running, the rank or node has no
-        worker of the job, ``trial`` is given for a job that is not a sweep or names no
-        trial of it, or the job does not answer within ``timeout`` s.
-        """
-        run = self.find_run(job_id)
-        if trial is None:
-            state = self.run_info(run).state
-        else:
-            run = runreads.trial_run(
-                self.mlflow_client, self.mlflow_client.get_run(run.info.run_id), trial
-            )
-            state = run.data.tags.get(TAG.STATE, "")
-            job_id = f"{job_id} trial {trial}"
-        if state not in (JobState.RUNNING, JobState.RESTARTING):
-            raise SpecError(f"Job {job_id} is {state}; chaos needs a RUNNING job.")
-        request = submission.chaos_request(rank, node)
-        self.mlflow_client.log_batch(run.info.run_id, tags=_tags({TAG.CHAOS: json.dumps(request)}))
-        answer = _chaos_answer(self.mlflow_client, run.info.run_id, request["id"], timeout)
-        if answer is None:
-            raise SpecError(
-                f"Job {job_id} did not carry out the chaos request within {timeout:g} s."
-            )
-        if answer.get("error"):
-            raise SpecError(f"chaos: {answer['error']}.")
-        return answer.get("killed", [])
+        """Kill a running job's worker process (fault injection): see
+        :func:`.jobcontrol.chaos`."""
+        return jobcontrol.chaos(self, job_id, rank, node, timeout, trial)
 
     # -- read --------------------------------------------------------------------
     def find_run(self, job_id: str):
@@ -460,7 +428,7 @@ class JobManager:
         if TAG.SWEEP in run.data.tags:
             open_runs += runreads.open_children(self.mlflow_client, run)
         for open_id in open_runs:
-            self.mlflow_client.log_batch(open_id, tags=_tags(tags))
+            self.mlflow_client.log_batch(open_id, tags=tracking.run_tags(tags))
             with contextlib.redirect_stdout(io.StringIO()):  # MLflow prints the run URL
                 self.mlflow_client.set_terminated(open_id, status=status)
         return self.mlflow_client.get_run(run_id)
@@ -500,57 +468,13 @@ class JobManager:
     def stop(
         self, job_id: str, now: bool = False, grace_s: float = 300.0, timeout: float = 60.0
     ) -> JobInfo:
-        """Stop a job: gracefully (default) or at once (``now``).
-
-        Graceful: the request goes to the job through its run (tag
-        ``trainfactory.stop_requested`` = ``user``, with ``trainfactory.stop_grace_s``);
-        the job's recorder reads it within seconds, ``trainfactory.should_stop()`` turns
-        True on every worker, and the driver ends training after the next report that
-        carries a checkpoint, or after ``grace_s`` seconds without one. Returns at once.
-        ``now``: the Ray job is stopped at once (reason ``user-now``); waits up to
-        ``timeout`` s for it to end. Either way the job ends STOPPED, its run KILLED.
-
-        Raises SpecError if ``grace_s`` is negative.
-        """
-        request = submission.stop_tags(now, grace_s)
-        run = self.find_run(job_id)
-        if run.info.status != "RUNNING":
-            return self.run_info(run)
-        self.mlflow_client.log_batch(run.info.run_id, tags=_tags(request))
-        if not now:
-            return self.info(job_id)
-        try:
-            client = self.ray.jobs_client(run.data.tags.get(TAG.DASHBOARD))
-            client.stop_job(run.data.tags[TAG.SUBMISSION])
-        except SpecError:
-            raise
-        except Exception:  # already gone: reconciliation below closes the run
-            pass
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ray_status, _ = self.ray.status(run.data.tags)
-            if ray_status in (None, "UNKNOWN") or ray_status in RAY_TO_RUN:
-                break
-            time.sleep(0.5)
-        return self.info(job_id)
+        """Stop a job, gracefully (default) or at once (``now``): see
+        :func:`.jobcontrol.stop`."""
+        return jobcontrol.stop(self, job_id, now, grace_s, timeout)
 
     def wait(self, job_id: str, timeout: float | None = None, poll_s: float = 1.0) -> str:
-        """Block until the job is SUCCEEDED, FAILED or STOPPED; return that state.
-
-        Raises ``TimeoutError`` after ``timeout`` seconds, saying what the job waits for
-        (its reason: Ray's environment set-up, free resources, a restart).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            info = self.info(job_id)
-            if info.state in TERMINAL_STATES:
-                return info.state
-            if deadline is not None and time.monotonic() > deadline:
-                waits = f" ({info.reason})" if info.reason else ""
-                raise TimeoutError(
-                    f"Job {job_id} is still {info.state}{waits} after {timeout:g} s."
-                )
-            time.sleep(poll_s)
+        """Block until the job ends; return its state: see :func:`.jobcontrol.wait`."""
+        return jobcontrol.wait(self, job_id, timeout, poll_s)
 
 
 def _digest_inputs(inputs: dict[str, Any]) -> list:
@@ -567,16 +491,3 @@ def _digest_inputs(inputs: dict[str, Any]) -> list:
             text = str(exc)
             raise SpecError(text[:1].upper() + text[1:]) from None
     return data
-
-
-def _chaos_answer(mlflow_client, run_id: str, request_id: str, timeout: float) -> dict | None:
-    """The job's answer (``trainfactory.chaos.done``) to chaos request ``request_id``,
-    read every 0.5 s; None when none came within ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        done = mlflow_client.get_run(run_id).data.tags.get(TAG.CHAOS_DONE, "")
-        answer = json.loads(done) if done else {}
-        if answer.get("id") == request_id:
-            return answer
-    return None

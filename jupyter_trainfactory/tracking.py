@@ -39,6 +39,7 @@ __all__ = [
     "log_params",
     "param_value",
     "prepare_params",
+    "run_tags",
     "run_url",
 ]
 
@@ -443,6 +444,13 @@ def fit_tags(tags: Mapping[str, Any]) -> dict[str, str]:
         clean_key(k): fit_text(v if isinstance(v, str) else str(v), MAX_TAG_VALUE)
         for k, v in tags.items()
     }
+
+
+def run_tags(tags: Mapping[str, str]) -> list:
+    """``tags`` as MLflow ``RunTag`` entities, for ``MlflowClient.log_batch``."""
+    from mlflow.entities import RunTag
+
+    return [RunTag(k, v) for k, v in tags.items()]
 
 
 def experiment_name(name: str) -> str:
