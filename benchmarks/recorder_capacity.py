@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -368,19 +369,53 @@ def _mean(values: list[float]) -> float:
 
 
 # -- the benchmark -----------------------------------------------------------------------
-def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[str, Any]:
+@dataclasses.dataclass
+class Load:
+    """The running benchmark: the run, its recorder, the generators and the meters."""
+
+    run_id: str
+    job_id: str
+    recorder: Any
+    gens: list[Any]
+    nodes: list[tuple[str, int]]
+    cpu: CpuMeter
+    store: Store
+    rows_before: int
+    max_queued: int
+    budget: float
+    warnings: list[str]
+
+
+@dataclasses.dataclass
+class Seconds:
+    """What the per-second loop saw: one line per second and the recorder's queue."""
+
+    t0: float
+    lines: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stats_ref: Any = None
+    rtts: list[float] = dataclasses.field(default_factory=list)
+    max_queued: int = 0
+    max_user: int = 0
+    rows_at_end: int = 0
+
+    def saw(self, stats: dict[str, Any]) -> None:
+        self.stats = stats
+        self.max_queued = max(self.max_queued, stats["queued"])
+        self.max_user = max(self.max_user, stats["queued_user"])
+
+
+def start_load(args: argparse.Namespace, services: Any) -> Load:
+    """One MLflow run, its RunRecorder (created as ``ray_backend.driver`` creates it) and
+    ``--generators`` LoadGenerator actors, ready to start."""
     import ray
 
     from jupyter_trainfactory.tracking import TAG, client, create_job_run
     from ray_backend.protocol import RECORDER_NAMESPACE, recorder_name
-    from ray_backend.recorder import MAX_BATCH_METRICS, RunRecorder
+    from ray_backend.recorder import RunRecorder
 
     defaults = inspect.signature(RunRecorder.__init__).parameters
-    max_queued = defaults["max_queued"].default
-    budget = defaults["device_points_per_s"].default
     nodes = node_layout(args.gpus, args.gpus_per_node)
-    warnings: list[str] = []
-
     ray.init(address=services.ray_address, logging_level=logging.WARNING, log_to_driver=True)
     job_id = f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
     run = create_job_run(
@@ -427,15 +462,28 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
             "mlflow": [mlflow_proc.pid] if mlflow_proc else [],
         }
     )
-    if rec_pid is None:
-        warnings.append("recorder process not found: its CPU% is not measured")
-
+    warnings = [] if rec_pid else ["recorder process not found: its CPU% is not measured"]
     store = Store(Path(services.home) / "mlflow" / "mlflow.db", run_id)
-    rows_before = store.rows()
-    n_nodes = len(nodes)
+    return Load(
+        run_id=run_id,
+        job_id=job_id,
+        recorder=recorder,
+        gens=gens,
+        nodes=nodes,
+        cpu=cpu,
+        store=store,
+        rows_before=store.rows(),
+        max_queued=defaults["max_queued"].default,
+        budget=defaults["device_points_per_s"].default,
+        warnings=warnings,
+    )
+
+
+def _print_header(args: argparse.Namespace, load: Load) -> None:
+    n_nodes = len(load.nodes)
     print(
-        f"run {run_id} ({job_id}): {args.workers} workers, {args.gpus} GPUs on {n_nodes} nodes,"
-        f" {args.generators} generators, {args.seconds:g} s; target"
+        f"run {load.run_id} ({load.job_id}): {args.workers} workers, {args.gpus} GPUs on"
+        f" {n_nodes} nodes, {args.generators} generators, {args.seconds:g} s; target"
         f" {args.workers + n_nodes} calls/s, {args.workers + 1} user points/s,"
         f" {args.gpus * len(GPU_METRICS) + n_nodes * len(HOST_METRICS)} system points/s",
         flush=True,
@@ -446,57 +494,58 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
         f" cpu% rec  gens mlflow machine",
         flush=True,
     )
-    t0 = time.time() + 1.0
-    ray.get([g.start.remote(t0, args.seconds) for g in gens], timeout=60)
 
-    prev = {"calls": 0, "user": 0, "system": 0, "rows": rows_before}
-    stats: dict[str, Any] = {}
-    stats_ref, stats_at = None, 0.0
-    rtts: list[float] = []
-    max_queued_seen = max_user_seen = 0
-    rows_at_end = rows_before
-    progress: list[dict[str, Any]] = []
-    lines = []
-    second = 0
+
+def run_seconds(args: argparse.Namespace, load: Load) -> Seconds:
+    """Start the generators and, once a second until they are done, read what they sent,
+    the rows written and the recorder's ``stats()`` (without waiting for a slow one);
+    prints one line a second."""
+    import ray
+
+    _print_header(args, load)
+    seen = Seconds(t0=time.time() + 1.0, rows_at_end=load.rows_before)
+    ray.get([g.start.remote(seen.t0, args.seconds) for g in load.gens], timeout=60)
+    prev = {"calls": 0, "user": 0, "system": 0, "rows": load.rows_before}
+    stats_at, second = 0.0, 0
     while True:
         second += 1
-        delay = t0 + second - time.time()
+        delay = seen.t0 + second - time.time()
         if delay > 0:
             time.sleep(delay)
-        if stats_ref is None:
-            stats_ref, stats_at = recorder.stats.remote(), time.time()
-        ready, _ = ray.wait([stats_ref], timeout=0.3)
+        if seen.stats_ref is None:
+            seen.stats_ref, stats_at = load.recorder.stats.remote(), time.time()
+        ready, _ = ray.wait([seen.stats_ref], timeout=0.3)
         if ready:
-            stats = ray.get(stats_ref)
-            rtt = time.time() - stats_at
-            rtts.append(rtt)
-            rtt_text = f"{rtt:6.2f}"
-            stats_ref = None
-            max_queued_seen = max(max_queued_seen, stats["queued"])
-            max_user_seen = max(max_user_seen, stats["queued_user"])
+            seen.saw(ray.get(seen.stats_ref))
+            seen.rtts.append(time.time() - stats_at)
+            rtt_text = f"{seen.rtts[-1]:6.2f}"
+            seen.stats_ref = None
         else:
             rtt_text = f">{time.time() - stats_at:5.1f}"
-        progress = ray.get([g.progress.remote() for g in gens], timeout=60)
-        rows = store.rows()
-        calls = sum(p["worker_calls"] + p["node_calls"] for p in progress)
-        user = sum(p["user_points"] for p in progress)
-        system = sum(p["system_points"] for p in progress)
+        progress = ray.get([g.progress.remote() for g in load.gens], timeout=60)
+        rows = load.store.rows()
+        now = {
+            "calls": sum(p["worker_calls"] + p["node_calls"] for p in progress),
+            "user": sum(p["user_points"] for p in progress),
+            "system": sum(p["system_points"] for p in progress),
+            "rows": rows,
+        }
         lag = max(p["ticks"] - 1 - p["processed_tick"] for p in progress)
-        usage = cpu.sample()
+        usage = load.cpu.sample()
         line = {
             "t": second,
-            "calls": calls - prev["calls"],
-            "user": user - prev["user"],
-            "system": system - prev["system"],
+            "calls": now["calls"] - prev["calls"],
+            "user": now["user"] - prev["user"],
+            "system": now["system"] - prev["system"],
             "written": rows - prev["rows"],
-            "queued": stats.get("queued", 0),
-            "queued_user": stats.get("queued_user", 0),
-            "dropped": stats.get("dropped", 0),
+            "queued": seen.stats.get("queued", 0),
+            "queued_user": seen.stats.get("queued_user", 0),
+            "dropped": seen.stats.get("dropped", 0),
             "lag_s": lag,
             **{f"cpu_{k}": round(v, 1) for k, v in usage.items()},
         }
-        lines.append(line)
-        prev = {"calls": calls, "user": user, "system": system, "rows": rows}
+        seen.lines.append(line)
+        prev = now
         print(
             f"{second:4d} {line['calls']:7d} {line['user']:6d} {line['system']:6d} |"
             f" {line['written']:9d} | {line['queued']:7d} {line['queued_user']:7d}"
@@ -506,31 +555,45 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
             flush=True,
         )
         if second <= args.seconds + 0.5:
-            rows_at_end = rows
+            seen.rows_at_end = rows
         if all(p["done"] for p in progress):
-            break
-    load_s = float(args.seconds)
+            return seen
 
-    # -- drain: every generator call run by the recorder, then finish() -----------------
+
+def drain(load: Load, seen: Seconds) -> dict[str, Any]:
+    """Wait until the recorder has run every generator call, then ``finish()`` the run;
+    returns the generators' final counts and the times each part took."""
+    import ray
+
     t_drain = time.time()
-    finals = ray.get([g.finish.remote(600.0) for g in gens], timeout=660)
+    finals = ray.get([g.finish.remote(600.0) for g in load.gens], timeout=660)
     drained_s = time.time() - t_drain
     with contextlib.suppress(Exception):
-        if stats_ref is not None:
-            stats = ray.get(stats_ref, timeout=600)
-            max_queued_seen = max(max_queued_seen, stats["queued"])
-            max_user_seen = max(max_user_seen, stats["queued_user"])
-    queued_before_finish = ray.get(recorder.stats.remote(), timeout=600)
-    max_queued_seen = max(max_queued_seen, queued_before_finish["queued"])
+        if seen.stats_ref is not None:
+            seen.saw(ray.get(seen.stats_ref, timeout=600))
+    queued_before_finish = ray.get(load.recorder.stats.remote(), timeout=600)
+    seen.max_queued = max(seen.max_queued, queued_before_finish["queued"])
     t_finish = time.time()
-    final_stats = ray.get(recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=660)
-    finish_s = time.time() - t_finish
-    t_done = time.time()
-
-    # -- read the run back ----------------------------------------------------------------
+    final_stats = ray.get(load.recorder.finish.remote("FINISHED", "SUCCEEDED"), timeout=660)
+    done = time.time()
     for f in finals:
         if f["error"]:
-            warnings.append(f"generator failed: {f['error']}")
+            load.warnings.append(f"generator failed: {f['error']}")
+    return {
+        "finals": finals,
+        "drained_s": drained_s,
+        "queued_before_finish": queued_before_finish["queued"],
+        "final_stats": final_stats,
+        "finish_s": done - t_finish,
+        "done": done,
+    }
+
+
+def read_back(load: Load, finals: list[dict[str, Any]], t0: float, load_s: float) -> dict:
+    """The run's rows in the SQLite store against what the generators sent: user points
+    lost, duplicated or under a wrong key; system rows, per-GPU rows, node write
+    intervals, points per sample index, and the derived live series during the load."""
+    store = load.store
     user_sent = {f"rank{r}/loss": n for f in finals for r, n in f["user_sent"].items()}
     loss_sent = sum(f["loss_sent"] for f in finals)
     written_rank = store.counts("rank%/loss")
@@ -539,47 +602,106 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
     dup += sum(n for k, n in written_rank.items() if k not in user_sent)
     bad_keys = sum(written_rank.get(k, 0) != n for k, n in user_sent.items())
     loss_written = store.rows("key = 'loss'")
-    lost += max(0, loss_sent - loss_written)
-    dup += max(0, loss_written - loss_sent)
-    user_sent_total = sum(user_sent.values()) + loss_sent
-    user_written_total = sum(written_rank.values()) + loss_written
-
     system_like = "key LIKE 'system/%' AND key NOT LIKE 'system/cluster/%'"
-    system_sent = sum(f["system_points"] for f in finals)
-    system_written = store.rows(system_like)
-    gpu_rows = store.rows(system_like + " AND key LIKE 'system/%/gpu%/%'")
-    gaps = store.write_intervals("system/%/gpu0/utilization")
-    bursts = store.per_step(system_like)
     window = "timestamp BETWEEN ? AND ?", int(t0 * 1000), int((t0 + load_s) * 1000)
-    cluster_points = store.rows(
-        "key = 'system/cluster/gpu_utilization_mean' AND " + window[0], *window[1:]
-    )
-    train_points = store.rows("key = 'train/tokens_per_s' AND " + window[0], *window[1:])
-    total_rows = store.rows()
-    derived_rows = total_rows - user_written_total - system_written
+    counts = {
+        "user_sent": sum(user_sent.values()) + loss_sent,
+        "user_written": sum(written_rank.values()) + loss_written,
+        "lost": lost + max(0, loss_sent - loss_written),
+        "duplicates": dup + max(0, loss_written - loss_sent),
+        "keys": len(user_sent) + 1,
+        "keys_mismatched": bad_keys + (loss_written != loss_sent),
+        "system_written": store.rows(system_like),
+        "gpu_rows": store.rows(system_like + " AND key LIKE 'system/%/gpu%/%'"),
+        "gaps": store.write_intervals("system/%/gpu0/utilization"),
+        "bursts": store.per_step(system_like),
+        "cluster_points": store.rows(
+            "key = 'system/cluster/gpu_utilization_mean' AND " + window[0], *window[1:]
+        ),
+        "train_points": store.rows("key = 'train/tokens_per_s' AND " + window[0], *window[1:]),
+        "total_rows": store.rows(),
+    }
     store.close()
+    return counts
 
+
+def _offered(
+    args: argparse.Namespace, load: Load, finals: list, user_sent: int, load_s: float
+) -> dict:
+    """The load the generators sent (``user_sent``: user points, as read back), per second,
+    against the target; a warning when short."""
+    n_nodes = len(load.nodes)
     worker_calls = sum(f["worker_calls"] for f in finals)
     node_calls = sum(f["node_calls"] for f in finals)
-    offered_fraction = min(
+    system_points = sum(f["system_points"] for f in finals)
+    fraction = min(
         worker_calls / max(1, args.workers * load_s), node_calls / max(1, n_nodes * load_s)
     )
-    if offered_fraction < 0.95:
-        warnings.append(
+    late = max(f["max_late_s"] for f in finals)
+    if fraction < 0.95:
+        load.warnings.append(
             f"the generators could not offer the target load on this machine: they sent"
             f" {worker_calls / load_s:.0f} of {args.workers} worker calls/s and"
             f" {node_calls / load_s:.0f} of {n_nodes} node calls/s"
-            f" ({offered_fraction:.0%}); max lateness {max(f['max_late_s'] for f in finals):.1f} s"
+            f" ({fraction:.0%}); max lateness {late:.1f} s"
         )
+    return {
+        "target_calls_per_s": args.workers + n_nodes,
+        "calls_per_s": (worker_calls + node_calls) / load_s,
+        "worker_calls_per_s": worker_calls / load_s,
+        "node_calls_per_s": node_calls / load_s,
+        "user_points_per_s": user_sent / load_s,
+        "system_points_per_s": system_points / load_s,
+        "points_per_s": (user_sent + system_points) / load_s,
+        "fraction_of_target": fraction,
+        "max_generator_late_s": late,
+    }
+
+
+def _system(args: argparse.Namespace, load: Load, got: dict, drained: dict, load_s: float):
+    """The system points: sent, written, dropped, the per-GPU rate against RunRecorder's
+    documented rule, the node write intervals and the live derived series' cadence."""
     # RunRecorder's documented rule: 5 values per GPU + 2 per node; each node's series is
     # written every ceil(n_values / device_points_per_s)-th 1 Hz sample, nodes staggered.
-    doc_every = max(1, math.ceil((args.gpus * len(GPU_METRICS) + 2 * n_nodes) / budget))
+    n_values = args.gpus * len(GPU_METRICS) + 2 * len(load.nodes)
+    doc_every = max(1, math.ceil(n_values / load.budget))
     doc_period = float(doc_every)
-    code_period = doc_period
-    code_every = doc_every
-    elapsed = t_done - t0
-    requests = math.ceil((total_rows - rows_before) / MAX_BATCH_METRICS)
+    gaps = got["gaps"]
+    return {
+        "sent": sum(f["system_points"] for f in drained["finals"]),
+        "written": got["system_written"],
+        "dropped": drained["final_stats"].get("dropped", 0),
+        "per_gpu_points_per_s": got["gpu_rows"] / load_s / max(1, args.gpus),
+        "documented_per_gpu_points_per_s": len(GPU_METRICS) / doc_period,
+        "documented_node_period_s": doc_period,
+        "code_node_period_s": doc_period,
+        "code_node_every_samples": doc_every,
+        "measured_node_interval_samples": _mean(gaps) if gaps else None,
+        "measured_node_interval_median": statistics.median(gaps) if gaps else None,
+        "per_gpu_points_per_s_steady": len(GPU_METRICS) / _mean(gaps) if gaps else None,
+        "sample_indexes_written": len(got["bursts"]),
+        "max_points_one_sample_index": max(got["bursts"], default=0),
+        "cluster_view_hz": got["cluster_points"] / load_s,
+        "train_hz": got["train_points"] / load_s,
+    }
 
+
+def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[str, Any]:
+    """Start the load, run it for ``--seconds``, drain it and read the run back; returns
+    the result printed by :func:`summary` (and written by ``--json``)."""
+    from ray_backend.recorder import MAX_BATCH_METRICS
+
+    load = start_load(args, services)
+    seen = run_seconds(args, load)
+    load_s = float(args.seconds)
+    drained = drain(load, seen)
+    finals = drained["finals"]
+    got = read_back(load, finals, seen.t0, load_s)
+    offered = _offered(args, load, finals, got["user_sent"], load_s)
+    n_nodes = len(load.nodes)
+    elapsed = drained["done"] - seen.t0
+    rows = got["total_rows"] - load.rows_before
+    requests = math.ceil(rows / MAX_BATCH_METRICS)
     return {
         "config": {
             "seconds": args.seconds,
@@ -588,79 +710,53 @@ def run_benchmark(args: argparse.Namespace, services: Any, ours: bool) -> dict[s
             "nodes": n_nodes,
             "gpus_per_node": args.gpus_per_node,
             "generators": args.generators,
-            "max_queued": max_queued,
-            "device_points_per_s": budget,
+            "max_queued": load.max_queued,
+            "device_points_per_s": load.budget,
             "cpu_count": os.cpu_count(),
             "services": "started by this script" if ours else "already running",
-            "run_id": run_id,
+            "run_id": load.run_id,
             "tracking_uri": services.tracking_uri,
         },
-        "offered": {
-            "target_calls_per_s": args.workers + n_nodes,
-            "calls_per_s": (worker_calls + node_calls) / load_s,
-            "worker_calls_per_s": worker_calls / load_s,
-            "node_calls_per_s": node_calls / load_s,
-            "user_points_per_s": user_sent_total / load_s,
-            "system_points_per_s": system_sent / load_s,
-            "points_per_s": (user_sent_total + system_sent) / load_s,
-            "fraction_of_target": offered_fraction,
-            "max_generator_late_s": max(f["max_late_s"] for f in finals),
-        },
+        "offered": offered,
         "user": {
-            "sent": user_sent_total,
-            "written": user_written_total,
-            "lost": lost,
-            "duplicates": dup,
-            "keys": len(user_sent) + 1,
-            "keys_mismatched": bad_keys + (loss_written != loss_sent),
+            "sent": got["user_sent"],
+            "written": got["user_written"],
+            "lost": got["lost"],
+            "duplicates": got["duplicates"],
+            "keys": got["keys"],
+            "keys_mismatched": got["keys_mismatched"],
         },
-        "system": {
-            "sent": system_sent,
-            "written": system_written,
-            "dropped": final_stats.get("dropped", 0),
-            "per_gpu_points_per_s": gpu_rows / load_s / max(1, args.gpus),
-            "documented_per_gpu_points_per_s": len(GPU_METRICS) / doc_period,
-            "documented_node_period_s": doc_period,
-            "code_node_period_s": code_period,
-            "code_node_every_samples": code_every,
-            "measured_node_interval_samples": _mean(gaps) if gaps else None,
-            "measured_node_interval_median": statistics.median(gaps) if gaps else None,
-            "per_gpu_points_per_s_steady": len(GPU_METRICS) / _mean(gaps) if gaps else None,
-            "sample_indexes_written": len(bursts),
-            "max_points_one_sample_index": max(bursts, default=0),
-            "cluster_view_hz": cluster_points / load_s,
-            "train_hz": train_points / load_s,
-        },
-        "recorder_derived_rows": derived_rows,
+        "system": _system(args, load, got, drained, load_s),
+        "recorder_derived_rows": got["total_rows"] - got["user_written"] - got["system_written"],
         "queue": {
-            "max_queued": max_queued_seen,
-            "max_queued_user": max_user_seen,
-            "bound": max_queued,
-            "bounded": max_queued_seen <= max_queued,
-            "queued_before_finish": queued_before_finish["queued"],
-            "stats_rtt_max_s": max(rtts) if rtts else None,
-            "stats_rtt_mean_s": _mean(rtts) if rtts else None,
-            "max_lag_s": max((ln["lag_s"] for ln in lines), default=0),
+            "max_queued": seen.max_queued,
+            "max_queued_user": seen.max_user,
+            "bound": load.max_queued,
+            "bounded": seen.max_queued <= load.max_queued,
+            "queued_before_finish": drained["queued_before_finish"],
+            "stats_rtt_max_s": max(seen.rtts) if seen.rtts else None,
+            "stats_rtt_mean_s": _mean(seen.rtts) if seen.rtts else None,
+            "max_lag_s": max((ln["lag_s"] for ln in seen.lines), default=0),
         },
         "mlflow": {
-            "rows": total_rows - rows_before,
-            "rows_per_s_during_load": (rows_at_end - rows_before) / load_s,
-            "rows_per_s_overall": (total_rows - rows_before) / elapsed,
+            "rows": rows,
+            "rows_per_s_during_load": (seen.rows_at_end - load.rows_before) / load_s,
+            "rows_per_s_overall": rows / elapsed,
             "requests_lower_bound": requests,
             "requests_per_s_lower_bound": requests / elapsed,
             "requests_note": "derived: ceil(rows / 900), not counted",
         },
         "timing": {
             "load_s": load_s,
-            "drain_generators_s": drained_s,
-            "finish_s": finish_s,
+            "drain_generators_s": drained["drained_s"],
+            "finish_s": drained["finish_s"],
             "elapsed_s": elapsed,
         },
-        "cpu_mean_percent": {k: _mean(v) for k, v in cpu.history.items()},
-        "cpu_max_percent": {k: max(v, default=0.0) for k, v in cpu.history.items()},
-        "final_stats": final_stats,
-        "per_second": lines,
-        "warnings": warnings,
+        "cpu_mean_percent": {k: _mean(v) for k, v in load.cpu.history.items()},
+        "cpu_max_percent": {k: max(v, default=0.0) for k, v in load.cpu.history.items()},
+        "final_stats": drained["final_stats"],
+        "per_second": seen.lines,
+        "warnings": load.warnings,
     }
 
 
