@@ -32,6 +32,24 @@ def embedded_services() -> Iterator[object]:
             svc.stop_services(mine)
 
 
+#: A measurement starts once the machine's CPUs were at most this busy (percent, over
+#: 1 s), as a user's job on an idle cluster would: the job before it may still end its
+#: processes and close its run for some seconds after ``wait()`` returns.
+IDLE_PERCENT = 15.0
+
+
+def settle(limit_s: float = 60.0) -> float:
+    """Wait until the CPUs were at most :data:`IDLE_PERCENT` busy over 1 s (``limit_s`` at
+    most); returns the seconds waited."""
+    import psutil
+
+    started = time.monotonic()
+    while psutil.cpu_percent(interval=1.0) > IDLE_PERCENT:
+        if time.monotonic() - started > limit_s:
+            break
+    return time.monotonic() - started
+
+
 def spread(label: str, values: list[float], unit: str, digits: int = 2) -> str:
     """``label  median X unit  (min, max, n)`` for a list of measurements."""
     med = statistics.median(values)

@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import embedded_services, plain_fit, spread  # noqa: E402
+from common import embedded_services, plain_fit, settle, spread  # noqa: E402
 from launch_timeline import (  # noqa: E402
     CpuByProcess,
     cpu_lines,
@@ -127,24 +127,6 @@ def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
     marks = _marks(output, t0)
     marks["timeline"] = _timeline(events, t0, "the driver process started")
     return marks
-
-
-#: A measurement starts once the machine's CPUs were at most this busy (percent, over
-#: 1 s), as a user's launch on an idle cluster would: the job before it still ends its
-#: processes and closes its run for several seconds after ``wait()`` returns.
-IDLE_PERCENT = 15.0
-
-
-def settle(limit_s: float = 60.0) -> float:
-    """Wait until the CPUs were at most :data:`IDLE_PERCENT` busy over 1 s (``limit_s`` at
-    most); returns the seconds waited."""
-    import psutil
-
-    started = time.monotonic()
-    while psutil.cpu_percent(interval=1.0) > IDLE_PERCENT:
-        if time.monotonic() - started > limit_s:
-            break
-    return time.monotonic() - started
 
 
 def with_cpu(measure, *args) -> dict[str, float]:

@@ -82,6 +82,7 @@ def test_recovery_short_mode_prints_its_ratio(services):
     match = re.match(r"t/p = (\d+\.\d+) ", lines[-1])
     assert match, lines[-1]
     assert float(match.group(1)) > 0
+    assert lines[-2].startswith("t/p round by round"), lines[-2]
 
 
 @pytest.mark.timeout(300)
