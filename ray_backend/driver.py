@@ -18,7 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_trainer", "exit_driver", "job_spec", "load_payload", "main", "workers_reason"]
+__all__ = [
+    "build_trainer",
+    "current_reason",
+    "exit_driver",
+    "job_spec",
+    "load_payload",
+    "main",
+    "release_groups",
+    "workers_reason",
+]
 
 
 class _Stopped(BaseException):
@@ -107,18 +116,72 @@ def _resources_text(spec) -> str:
     return text + (f", labels {labels}" if labels else "")
 
 
-def workers_reason(spec, free: dict[str, float]) -> str:
+def workers_reason(spec, free: dict[str, float], held: list | None = None) -> str:
     """What a job whose driver runs waits for before its workers start: ``starting the
-    workers: ...`` when the cluster's free resources (``free``, ``ray.available_resources()``)
-    cover all workers, else ``waiting for resources: ...; free now ...`` naming what is short
-    (summed over nodes: a worker that fits no single node still waits)."""
+    workers: ...`` when the cluster's free resources (``free``, ``ray.available_resources()``
+    plus what the job itself already holds) cover all workers, else ``waiting for
+    resources: ...; free now ...`` naming what is short (summed over nodes: a worker that
+    fits no single node still waits), and ``; held by ...`` the other jobs that hold it
+    (``held``, :class:`~jupyter_trainfactory.holders.Holding` records)."""
+    from jupyter_trainfactory.holders import held_by, holdings_text
+
     need = {k: v * spec.workers for k, v in _worker_resources(spec).items() if v > 0}
     short = {k: v for k, v in need.items() if free.get(k, 0.0) + 1e-9 < v}
     resources = _resources_text(spec)
     if not short:
         return f"starting the workers: {resources}"
     have = ", ".join(f"{free.get(k, 0.0):g} of {v:g} {k}" for k, v in short.items())
-    return f"waiting for resources: {resources}; free now {have}"
+    holders = holdings_text(held_by(held or [], short))
+    return f"waiting for resources: {resources}; free now {have}" + (
+        f"; held by {holders}" if holders else ""
+    )
+
+
+def current_reason(ray, spec) -> str:
+    """:func:`workers_reason` of the cluster now. Ray's state API (who holds what) is
+    asked only when the free resources fall short; what this job holds already (its
+    workers' placement group, being created) counts as free to it. The state API away:
+    the reason without its holders."""
+    from jupyter_trainfactory.holders import read_holdings, state_lister
+
+    free = dict(ray.available_resources())
+    if workers_reason(spec, free).startswith("starting"):
+        return workers_reason(spec, free)
+    try:
+        found = read_holdings(state_lister(), timeout=5.0)
+    except Exception:  # noqa: BLE001 - the dashboard busy or away: say what is known
+        return workers_reason(spec, free)
+    own = ray.get_runtime_context().get_job_id()
+    for holding in found:
+        if holding.ray_job_id == own:
+            for name, value in holding.resources.items():
+                free[name] = free.get(name, 0.0) + value
+    return workers_reason(spec, free, [h for h in found if h.ray_job_id != own])
+
+
+#: Seconds between two looks at what a PENDING job waits for (the state API's cost:
+#: three list calls to the dashboard, only while resources are short).
+PENDING_REFRESH_S = 5.0
+
+
+class _PendingReason:
+    """Keeps a ``PENDING`` job's reason current (free resources and their holders change
+    while it waits), every :data:`PENDING_REFRESH_S` s until the job leaves ``PENDING``."""
+
+    def __init__(self, ray, recorder, spec):
+        self.ray, self.recorder, self.spec = ray, recorder, spec
+        self.next_at = time.monotonic() + PENDING_REFRESH_S
+        self.pending = True
+
+    def __call__(self) -> None:
+        if not self.pending or time.monotonic() < self.next_at:
+            return
+        try:
+            reason = current_reason(self.ray, self.spec)
+            self.pending = self.ray.get(self.recorder.pending_reason.remote(reason), timeout=10)
+        except Exception as exc:  # noqa: BLE001 - what it waits for must never end the job
+            print(f"trainfactory: reading what the job waits for: {exc}", flush=True)
+        self.next_at = time.monotonic() + PENDING_REFRESH_S
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -426,10 +489,10 @@ def _start_recorder(ray, meta: dict[str, Any], spec):
     return recorder
 
 
-def _train(ray, meta: dict[str, Any], fn: Any, recorder) -> int:
-    """Run ``fit()`` (in a thread, the node samplers polled meanwhile) and close the run
-    with the matching status; returns the exit code (0, 1 on a failure, 130 when Ray
-    stopped the job)."""
+def _train(ray, meta: dict[str, Any], fn: Any, recorder, pending=None) -> int:
+    """Run ``fit()`` (in a thread, the node samplers and ``pending``, a
+    :class:`_PendingReason`, polled meanwhile) and close the run with the matching status;
+    returns the exit code (0, 1 on a failure, 130 when Ray stopped the job)."""
     from ray_backend.callbacks import last_line
 
     samplers = NodeSamplers(ray, recorder, meta)
@@ -446,7 +509,7 @@ def _train(ray, meta: dict[str, Any], fn: Any, recorder) -> int:
             target=_run_fit, args=(trainer, box, done), name=FIT_THREAD, daemon=True
         ).start()
         ray.get(recorder.ping.remote())  # a recorder that cannot start fails the job
-        _wait_for_fit(recorder, done, samplers)
+        _wait_for_fit(recorder, done, samplers, tick=pending)
         if "error" in box:
             raise box["error"]
         error = getattr(box.get("result"), "error", None)
@@ -501,8 +564,46 @@ def main(argv: list[str] | None = None) -> int:
         f" at {mask_url(meta['tracking_uri'])}",
         flush=True,
     )
-    recorder.set_state.remote("PENDING", workers_reason(spec, ray.available_resources()))
-    return _train(ray, meta, fn, recorder)
+    recorder.set_state.remote("PENDING", current_reason(ray, spec))
+    return _train(ray, meta, fn, recorder, _PendingReason(ray, recorder, spec))
+
+
+def release_groups() -> list[str]:
+    """Remove the placement groups this Ray job created that Ray still holds; returns
+    their ids (none when Ray is not initialized).
+
+    Ray removes a placement group once its creator job *and* its creator actor are dead;
+    a Train worker group's creator is the Train controller, which a stop or a sweep's end
+    kills, sometimes in the middle of a worker group's restart (Ray's own cleaner, Ray
+    Train's ``PlacementGroupCleaner``, knows only a started group: ray-project/ray#58515).
+    CI once found 1 of 2 CPUs held after the sweep tests, every later job short. The
+    driver removes what is left before it exits, so no reservation outlives its job."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+    from ray.util.state import list_placement_groups
+
+    own = ray.get_runtime_context().get_job_id()
+    try:
+        left = list_placement_groups(
+            filters=[("creator_job_id", "=", own), ("state", "!=", "REMOVED")], timeout=5
+        )
+        for group in left:
+            remove_placement_group(
+                PlacementGroup(ray.PlacementGroupID.from_hex(group.placement_group_id))
+            )
+    except Exception as exc:  # noqa: BLE001 - the dashboard away: Ray's own cleanup remains
+        print(f"trainfactory: releasing the job's placement groups: {exc}", flush=True)
+        return []
+    ids = [g.placement_group_id for g in left]
+    if ids:
+        print(
+            f"trainfactory: released {len(ids)} placement group(s) left: {', '.join(ids)}",
+            flush=True,
+        )
+    return ids
 
 
 def exit_driver(code: int) -> None:
@@ -517,7 +618,9 @@ def exit_driver(code: int) -> None:
     with this function (seen once in CI, ``tests/test_stop.py``; Ray's side:
     ray-project/ray#47864). With that thread alive the driver flushes its output and
     leaves by ``os._exit``; Ray ends the controller, workers and recorder the driver owns
-    as on any driver exit. Without it, a normal ``sys.exit``."""
+    as on any driver exit. Without it, a normal ``sys.exit``. Either way the job's
+    placement groups are released first (:func:`release_groups`)."""
+    release_groups()
     if any(t.name == FIT_THREAD and t.is_alive() for t in threading.enumerate()):
         logging.shutdown()
         sys.stdout.flush()

@@ -50,6 +50,7 @@ class JobRecord:
     ):
         self.delivery = delivery
         self.derived = derived
+        self.state, self.reason = "", ""  # the last set_state's
         self.stall = stall
         self.cost = cost
         self.reports = Reports()
@@ -99,6 +100,16 @@ class JobRecord:
             self._attempt_started(now)
         self.delivery.tags[TAG.STATE] = state
         self.delivery.tags[TAG.REASON] = reason
+        self.state, self.reason = state, reason
+
+    def pending_reason(self, reason: str) -> bool:
+        """A new reason for a job still ``PENDING`` (what it waits for now); returns False,
+        changing nothing, once the job has left ``PENDING``."""
+        if self.state != "PENDING":
+            return False
+        if reason != self.reason:
+            self.delivery.tags[TAG.REASON] = self.reason = reason
+        return True
 
     def _attempt_started(self, now: float) -> None:
         update = self.attempts.start(now, int(self.reports.checkpoint_step or 0))
@@ -284,6 +295,7 @@ class JobRecord:
         tags = self.delivery.tags
         tags[TAG.STATE] = state
         tags[TAG.REASON] = reason
+        self.state, self.reason = state, reason
         if error:
             tags[TAG.ERROR] = error[:4000]
         self.closed = True

@@ -126,6 +126,11 @@ class RunRecorder:
         with self._lock:
             self._record.set_state(state, reason, now)
 
+    def pending_reason(self, reason: str) -> bool:
+        """Say what a ``PENDING`` job waits for now; False once it has left ``PENDING``."""
+        with self._lock:
+            return self._record.pending_reason(reason)
+
     def set_tags(self, tags: dict[str, str]) -> None:
         """Record run tags (values cut to 5,000 characters)."""
         with self._lock:

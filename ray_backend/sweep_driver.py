@@ -36,6 +36,7 @@ from ray_backend.driver import (
     _Stopped,
     _wait_for_fit,
     build_trainer,
+    exit_driver,
     job_spec,
     load_payload,
 )
@@ -294,4 +295,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_driver(main())

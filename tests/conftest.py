@@ -97,3 +97,23 @@ def _no_ray_job_outlives_its_module(request):
         client.stop_job(job.submission_id)
     names = ", ".join(f"{j.submission_id} ({j.status.value}: {j.entrypoint})" for j in running)
     assert not running, f"Ray jobs still running {LEFTOVER_GRACE_S:g} s after the module: {names}"
+    held = _held_after(deadline)
+    assert not held, f"Still held {LEFTOVER_GRACE_S:g} s after the module's jobs ended: {held}"
+
+
+def _held_after(deadline: float) -> str:
+    """Who still holds the cluster's resources (placement groups, actors) once every job
+    has ended, asked until ``deadline``: a leaked worker group leaves the next module's jobs
+    PENDING (CI once: 1 of 2 CPUs held after the sweep tests, every later job short)."""
+    import time
+
+    from jupyter_trainfactory import get_manager
+    from jupyter_trainfactory.holders import holdings_text, read_holdings, state_lister
+
+    manager = get_manager()
+    lister = state_lister(manager.address, manager.ray.headers(manager.address))
+    while True:
+        held = holdings_text(read_holdings(lister), limit=10)
+        if not held or time.monotonic() > deadline:
+            return held
+        time.sleep(2)

@@ -86,8 +86,9 @@ def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
     assert waiting.info().reason == SETTING_UP
     info = _wait_for(lambda: (i := waiting.info()).reason.startswith("waiting") and i)
     assert info.state == "PENDING"
-    assert info.reason == (
-        "waiting for resources: 1 worker x (1 CPU), placement pack; free now 0 of 1 CPU"
+    assert info.reason == (  # and who holds them: the first job's two workers
+        "waiting for resources: 1 worker x (1 CPU), placement pack; free now 0 of 1 CPU;"
+        f" held by job {job.id} (2 CPU)"
     )
     assert waiting.stop(now=True) == "STOPPED"
     assert job.stop(now=True) == "STOPPED"

@@ -115,6 +115,22 @@ def test_finish_closes_run_with_error(store):
     assert run.data.metrics["acc"] == 0.5
 
 
+def test_a_pending_jobs_reason_is_kept_current_until_it_runs(store):
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("PENDING", "waiting for resources: ...; held by job tf-0127dacc (2 CPU)")
+    assert rec.pending_reason("starting the workers: 2 workers x (1 CPU)")
+    rec.flush()
+    assert (
+        client.get_run(run_id).data.tags[TAG.REASON] == "starting the workers: 2 workers x (1 CPU)"
+    )
+    rec.set_state("RUNNING")  # rank 0 started: a late look changes nothing
+    assert not rec.pending_reason("waiting for resources: ...; free now 0 of 2 CPU")
+    rec.flush()
+    tags = client.get_run(run_id).data.tags
+    assert tags[TAG.STATE] == "RUNNING" and tags[TAG.REASON] == ""
+
+
 class FlakyClient:
     """Stands in for MlflowClient: records log_batch calls, fails while ``down``.
 

@@ -239,3 +239,30 @@ def test_ddp_ranks_of_uneven_speed_stop_at_one_step_through_four_stops(manager, 
     )
     system = [k for k in run.data.metrics if k.startswith("system/")]
     assert any(_after(mlflow_client, job.run_id, k, first) for k in system[:5])
+
+
+@pytest.mark.timeout(120)
+def test_a_driver_releases_the_placement_groups_its_job_left_before_it_exits(services):
+    import ray
+    from ray.util.placement_group import placement_group, placement_group_table
+
+    from jupyter_trainfactory.holders import read_holdings, state_lister
+    from ray_backend.driver import release_groups
+
+    assert release_groups() == []  # no Ray in this process: nothing to release
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in services.client_env().items():
+            mp.setenv(key, value)
+        ray.init(address=services.ray_address, logging_level="WARNING", log_to_driver=False)
+        try:
+            # a worker group's reservation whose creator is gone: here, this driver's own
+            group = placement_group([{"CPU": 1.0}])
+            ray.get(group.ready(), timeout=60)
+            own = ray.get_runtime_context().get_job_id()
+            held = {h.ray_job_id: h.resources for h in read_holdings(state_lister())}
+            assert held[own] == {"CPU": 1.0}
+            assert release_groups() == [group.id.hex()]
+            assert placement_group_table(group)["state"] == "REMOVED"
+            assert release_groups() == []  # nothing left the second time
+        finally:
+            ray.shutdown()
