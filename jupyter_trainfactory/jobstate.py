@@ -134,7 +134,7 @@ class JobInfo:
 #: up its runtime env (packages, ``py_modules``) and starting its driver process.
 SETTING_UP = "setting up the job's environment (Ray runtime env, driver start)"
 #: ... and once Ray runs the driver, until the driver's recorder says what it waits for
-#: (ray_backend/driver.py ``workers_reason``: the workers' start or free resources).
+#: (ray_backend/waiting.py ``workers_reason``: the workers' start or free resources).
 DRIVER_STARTING = "starting the job's driver (Ray client, the run's recorder)"
 #: The reason tag a submission writes (``submission.py``): a new job's, a resume's prefix.
 SUBMITTED = "submitted"

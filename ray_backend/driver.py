@@ -18,6 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray_backend.waiting import (
+    PendingReason,
+    current_reason,
+    release_groups,
+    resources_text,
+    worker_resources,
+    workers_reason,
+)
+
 __all__ = [
     "build_trainer",
     "current_reason",
@@ -94,94 +103,6 @@ def check_interpreter(client: dict[str, Any] | None) -> None:
         f" from Python {want_python} with Ray {want_ray}; put the Python that runs Ray"
         " first on the nodes' PATH (the entrypoint runs `python`)."
     )
-
-
-def _worker_resources(spec) -> dict[str, float]:
-    """One worker's Ray resources, zeros kept (``{"CPU": 1.0, "GPU": 0.0}``)."""
-    from jupyter_trainfactory.accelerators import resources_per_worker
-
-    return resources_per_worker(
-        spec.cpus_per_worker, spec.gpus_per_worker, spec.accelerator, spec.resources
-    )
-
-
-def _resources_text(spec) -> str:
-    """``2 workers x (1 CPU, 1 GPU), placement pack, labels ray.io/market-type=spot``."""
-    from jupyter_trainfactory.spec import selector_text
-
-    parts = ", ".join(f"{v:g} {k}" for k, v in _worker_resources(spec).items())
-    n = spec.workers
-    text = f"{n} worker{'s' if n != 1 else ''} x ({parts}), placement {spec.placement}"
-    labels = selector_text(spec.label_selector)
-    return text + (f", labels {labels}" if labels else "")
-
-
-def workers_reason(spec, free: dict[str, float], held: list | None = None) -> str:
-    """What a job whose driver runs waits for before its workers start: ``starting the
-    workers: ...`` when the cluster's free resources (``free``, ``ray.available_resources()``
-    plus what the job itself already holds) cover all workers, else ``waiting for
-    resources: ...; free now ...`` naming what is short (summed over nodes: a worker that
-    fits no single node still waits), and ``; held by ...`` the other jobs that hold it
-    (``held``, :class:`~jupyter_trainfactory.holders.Holding` records)."""
-    from jupyter_trainfactory.holders import held_by, holdings_text
-
-    need = {k: v * spec.workers for k, v in _worker_resources(spec).items() if v > 0}
-    short = {k: v for k, v in need.items() if free.get(k, 0.0) + 1e-9 < v}
-    resources = _resources_text(spec)
-    if not short:
-        return f"starting the workers: {resources}"
-    have = ", ".join(f"{free.get(k, 0.0):g} of {v:g} {k}" for k, v in short.items())
-    holders = holdings_text(held_by(held or [], short))
-    return f"waiting for resources: {resources}; free now {have}" + (
-        f"; held by {holders}" if holders else ""
-    )
-
-
-def current_reason(ray, spec) -> str:
-    """:func:`workers_reason` of the cluster now. Ray's state API (who holds what) is
-    asked only when the free resources fall short; what this job holds already (its
-    workers' placement group, being created) counts as free to it. The state API away:
-    the reason without its holders."""
-    from jupyter_trainfactory.holders import read_holdings, state_lister
-
-    free = dict(ray.available_resources())
-    if workers_reason(spec, free).startswith("starting"):
-        return workers_reason(spec, free)
-    try:
-        found = read_holdings(state_lister(), timeout=5.0)
-    except Exception:  # noqa: BLE001 - the dashboard busy or away: say what is known
-        return workers_reason(spec, free)
-    own = ray.get_runtime_context().get_job_id()
-    for holding in found:
-        if holding.ray_job_id == own:
-            for name, value in holding.resources.items():
-                free[name] = free.get(name, 0.0) + value
-    return workers_reason(spec, free, [h for h in found if h.ray_job_id != own])
-
-
-#: Seconds between two looks at what a PENDING job waits for (the state API's cost:
-#: three list calls to the dashboard, only while resources are short).
-PENDING_REFRESH_S = 5.0
-
-
-class _PendingReason:
-    """Keeps a ``PENDING`` job's reason current (free resources and their holders change
-    while it waits), every :data:`PENDING_REFRESH_S` s until the job leaves ``PENDING``."""
-
-    def __init__(self, ray, recorder, spec):
-        self.ray, self.recorder, self.spec = ray, recorder, spec
-        self.next_at = time.monotonic() + PENDING_REFRESH_S
-        self.pending = True
-
-    def __call__(self) -> None:
-        if not self.pending or time.monotonic() < self.next_at:
-            return
-        try:
-            reason = current_reason(self.ray, self.spec)
-            self.pending = self.ray.get(self.recorder.pending_reason.remote(reason), timeout=10)
-        except Exception as exc:  # noqa: BLE001 - what it waits for must never end the job
-            print(f"trainfactory: reading what the job waits for: {exc}", flush=True)
-        self.next_at = time.monotonic() + PENDING_REFRESH_S
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -367,7 +288,7 @@ def build_trainer(meta: dict[str, Any], fn: Any, recorder: Any, callbacks: tuple
         scaling_config=ScalingConfig(
             num_workers=spec.workers,
             use_gpu=row.use_gpu,
-            resources_per_worker=_worker_resources(spec),
+            resources_per_worker=worker_resources(spec),
             placement_strategy=PLACEMENTS[spec.placement],
             label_selector=spec.label_selector or None,
         ),
@@ -491,7 +412,7 @@ def _start_recorder(ray, meta: dict[str, Any], spec):
 
 def _train(ray, meta: dict[str, Any], fn: Any, recorder, pending=None) -> int:
     """Run ``fit()`` (in a thread, the node samplers and ``pending``, a
-    :class:`_PendingReason`, polled meanwhile) and close the run with the matching status;
+    :class:`~ray_backend.waiting.PendingReason`, polled meanwhile) and close the run with the matching status;
     returns the exit code (0, 1 on a failure, 130 when Ray stopped the job)."""
     from ray_backend.callbacks import last_line
 
@@ -558,52 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     ray.init(logging_level=logging.WARNING, log_to_driver=True)
     recorder = _start_recorder(ray, meta, spec)
-    resources = _resources_text(spec)
+    resources = resources_text(spec)
     print(
         f"trainfactory: job {meta['job_id']}: {resources}; run {meta['run_id']}"
         f" at {mask_url(meta['tracking_uri'])}",
         flush=True,
     )
     recorder.set_state.remote("PENDING", current_reason(ray, spec))
-    return _train(ray, meta, fn, recorder, _PendingReason(ray, recorder, spec))
-
-
-def release_groups() -> list[str]:
-    """Remove the placement groups this Ray job created that Ray still holds; returns
-    their ids (none when Ray is not initialized).
-
-    Ray removes a placement group once its creator job *and* its creator actor are dead;
-    a Train worker group's creator is the Train controller, which a stop or a sweep's end
-    kills, sometimes in the middle of a worker group's restart (Ray's own cleaner, Ray
-    Train's ``PlacementGroupCleaner``, knows only a started group: ray-project/ray#58515).
-    CI once found 1 of 2 CPUs held after the sweep tests, every later job short. The
-    driver removes what is left before it exits, so no reservation outlives its job."""
-    import ray
-
-    if not ray.is_initialized():
-        return []
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
-    from ray.util.state import list_placement_groups
-
-    own = ray.get_runtime_context().get_job_id()
-    try:
-        left = list_placement_groups(
-            filters=[("creator_job_id", "=", own), ("state", "!=", "REMOVED")], timeout=5
-        )
-        for group in left:
-            remove_placement_group(
-                PlacementGroup(ray.PlacementGroupID.from_hex(group.placement_group_id))
-            )
-    except Exception as exc:  # noqa: BLE001 - the dashboard away: Ray's own cleanup remains
-        print(f"trainfactory: releasing the job's placement groups: {exc}", flush=True)
-        return []
-    ids = [g.placement_group_id for g in left]
-    if ids:
-        print(
-            f"trainfactory: released {len(ids)} placement group(s) left: {', '.join(ids)}",
-            flush=True,
-        )
-    return ids
+    return _train(ray, meta, fn, recorder, PendingReason(ray, recorder, spec))
 
 
 def exit_driver(code: int) -> None:
@@ -619,7 +502,7 @@ def exit_driver(code: int) -> None:
     ray-project/ray#47864). With that thread alive the driver flushes its output and
     leaves by ``os._exit``; Ray ends the controller, workers and recorder the driver owns
     as on any driver exit. Without it, a normal ``sys.exit``. Either way the job's
-    placement groups are released first (:func:`release_groups`)."""
+    placement groups are released first (:func:`~ray_backend.waiting.release_groups`)."""
     release_groups()
     if any(t.name == FIT_THREAD and t.is_alive() for t in threading.enumerate()):
         logging.shutdown()
