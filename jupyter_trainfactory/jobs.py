@@ -107,6 +107,7 @@ class JobManager:
         self.storage = storage or (self._services.storage_path if self._services else None)
         self.ray = RayClients(self.address, self._services if self.local else None)
         self.mlflow_client = tracking.client(self.tracking_uri)
+        self._runs = runreads.JobRuns(self.mlflow_client)
         self._logs = JobLogs(self.ray)
 
     def services_alive(self) -> bool:
@@ -229,6 +230,7 @@ class JobManager:
                 f"Cannot create the MLflow run at {self.tracking_uri}: {exc}"
             ) from exc
         run_id = meta["run_id"] = shown_meta["run_id"] = run.info.run_id
+        self._runs.remember(job_id, run_id)
         shown_meta["redacted"] = redacted
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
         self._record_code(run_id, source, code.git_diff, data + described)
@@ -389,7 +391,7 @@ class JobManager:
         Raises JobNotFound for a malformed id or a job the tracking server does not know."""
         if not JOB_ID_PATTERN.match(job_id or ""):
             raise JobNotFound(f"{job_id!r} is not a job id (they look like tf-1a2b3c4d).")
-        run = runreads.find_job_run(self.mlflow_client, job_id)
+        run = self._runs.find(job_id)
         if run is None:
             raise JobNotFound(f"No job {job_id} is recorded at {self.tracking_uri}.")
         return run

@@ -19,6 +19,7 @@ __all__ = [
     "MetricPoint",
     "current_metrics",
     "find_job_run",
+    "JobRuns",
     "is_current",
     "latest_points",
     "metric_history",
@@ -141,6 +142,46 @@ def find_job_run(mlflow_client, job_id: str):
         ids, filter_string=f"tags.`{TAG.JOB_ID}` = '{job_id}'", max_results=1
     )
     return runs[0] if runs else None
+
+
+class JobRuns:
+    """Job id -> the job's MLflow run, remembered once found.
+
+    A job's run never changes, so after the first search (:func:`find_job_run`: every
+    active experiment, then a tag search) each read is one ``get_run``. A remembered run
+    that has been deleted since, or that the server no longer has, is searched again.
+    Safe to share between threads (the panel's and the dashboard's pollers)."""
+
+    def __init__(self, mlflow_client):
+        self._client = mlflow_client
+        self._run_ids: dict[str, str] = {}
+
+    def remember(self, job_id: str, run_id: str) -> None:
+        """Remember that ``run_id`` is job ``job_id``'s run (a submit knows it already)."""
+        self._run_ids[job_id] = run_id
+
+    def find(self, job_id: str):
+        """The run of job ``job_id`` (``mlflow.entities.Run``), or None."""
+        run_id = self._run_ids.get(job_id)
+        if run_id is not None:
+            run = self._remembered(job_id, run_id)
+            if run is not None:
+                return run
+            self._run_ids.pop(job_id, None)
+        run = find_job_run(self._client, job_id)
+        if run is not None:
+            self._run_ids[job_id] = run.info.run_id
+        return run
+
+    def _remembered(self, job_id: str, run_id: str):
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self._client.get_run(run_id)
+        except MlflowException:  # gone from the server (``mlflow gc``)
+            return None
+        active = run.info.lifecycle_stage == "active"
+        return run if active and run.data.tags.get(TAG.JOB_ID) == job_id else None
 
 
 def job_filter(
