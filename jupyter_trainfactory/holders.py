@@ -4,8 +4,10 @@ A job that waits for resources on a shared cluster says who holds them
 (``held by job tf-0127dacc (2 CPU)``), so that its user knows whom to ask or what to stop.
 What a job holds is read from Ray's state API (``ray.util.state``):
 
-- a placement group that is not removed holds the sum of its bundles, whether or not
-  actors run in it (Ray reserves the bundles when the group is created);
+- a placement group holds the sum of its placed bundles (those with a ``node_id``),
+  whether or not actors run in it: Ray reserves a bundle on its node when it places it. A
+  group still ``PENDING`` (waiting for resources, as a waiting job's own worker group is)
+  has no bundle placed and holds nothing;
 - an alive actor outside any placement group holds its ``required_resources``; one inside
   a group uses the group's reservation, already counted.
 
@@ -70,7 +72,8 @@ def holdings(
 
     ``placement_groups``, ``actors`` and ``jobs`` are records of Ray's state API
     (``PlacementGroupState``, ``ActorState``, ``JobState``, with their ``detail`` fields):
-    the groups' ``state``, ``creator_job_id`` and ``bundles``; the actors' ``state``,
+    the groups' ``state``, ``creator_job_id`` and ``bundles`` (each bundle's
+    ``unit_resources`` and ``node_id``, empty until placed); the actors' ``state``,
     ``job_id``, ``placement_group_id`` and ``required_resources``; the jobs' ``job_id`` and
     ``submission_id``. Jobs that hold none of the waited-for resources are left out.
     """
@@ -85,7 +88,8 @@ def holdings(
         if group.state == "REMOVED":
             continue
         for bundle in group.bundles or ():
-            add(group.creator_job_id, _waited_for(bundle.get("unit_resources")))
+            if bundle.get("node_id"):  # placed: "" while the group waits
+                add(group.creator_job_id, _waited_for(bundle.get("unit_resources")))
     for actor in actors:
         if actor.state == "ALIVE" and not actor.placement_group_id:
             add(actor.job_id, _waited_for(actor.required_resources))

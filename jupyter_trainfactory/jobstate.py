@@ -31,6 +31,7 @@ __all__ = [
     "job_info",
     "job_state",
     "pending_reason",
+    "waiting_line",
 ]
 
 JOB_ID_PATTERN = re.compile(r"^tf-[0-9a-f]{8}$")
@@ -150,6 +151,32 @@ def pending_reason(ray_status: str | None, reason: str) -> str:
     if ray_status == "RUNNING" and (reason == SUBMITTED or reason.startswith(RESUMED)):
         return DRIVER_STARTING
     return reason
+
+
+_FREE = re.compile(r"([\d.]+) of ([\d.]+) ([^\s,]+)")
+
+
+def waiting_line(reason: str) -> str:
+    """A PENDING job's reason (:func:`pending_reason`, or the driver's, from
+    ``ray_backend/waiting.py`` ``workers_reason``) in a few words, for a line under the
+    state in the side panel; the full reason stays in its tooltip. ``waiting for
+    resources: 2 workers x (1 CPU), placement pack; free now 0 of 2 CPU; held by job
+    tf-0127dacc (2 CPU)`` reads ``0 of 2 CPU free; held by job tf-0127dacc``."""
+    if reason == SETTING_UP:
+        return "setting up the environment"
+    if reason in (DRIVER_STARTING, SUBMITTED) or reason.startswith(RESUMED):
+        return "starting the driver"
+    head, _, rest = reason.partition(": ")
+    if head == "starting the workers":
+        return head
+    if head != "waiting for resources":
+        return reason
+    parts = rest.split("; ")
+    free = next((p for p in parts if p.startswith("free now ")), "")
+    line = ", ".join(f"{have} of {need} {kind} free" for have, need, kind in _FREE.findall(free))
+    held = next((p for p in parts if p.startswith("held by ")), "")
+    held = re.sub(r" \([^)]*\)", "", held)  # who, not how much: that is in the tooltip
+    return f"{line or head}; {held}" if held else line or head
 
 
 def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ray.util.state.common import ActorState, PlacementGroupState
 
 from jupyter_trainfactory.holders import Holding, held_by, holdings, holdings_text
+from jupyter_trainfactory.jobstate import pending_reason, waiting_line
 from jupyter_trainfactory.spec import JobSpec
 from ray_backend.driver import workers_reason
 
@@ -15,7 +16,14 @@ def _group(job_id, bundles, state="CREATED"):
         name="",
         creator_job_id=job_id,
         state=state,
-        bundles=[{"bundle_id": f"b{i}", "unit_resources": b} for i, b in enumerate(bundles)],
+        bundles=[
+            {
+                "bundle_id": f"b{i}",
+                "unit_resources": b,
+                "node_id": "" if state == "PENDING" else "n",
+            }
+            for i, b in enumerate(bundles)
+        ],
         is_detached=False,
         stats=None,
     )
@@ -49,6 +57,7 @@ def test_groups_and_free_standing_actors_count_by_job_in_the_names_users_know():
         _group("02000000", [{"CPU": 1.0, "memory": 1e6}, {"CPU": 1.0}]),  # two workers
         _group("03000000", [{"GPU": 1.0, "CPU": 1.0}]),
         _group("05000000", [{"CPU": 4.0}], state="REMOVED"),  # gone: holds nothing
+        _group("08000000", [{"CPU": 2.0}], state="PENDING"),  # waits itself: holds nothing
         _group("02000000", [{"memory": 1048576.0}]),  # a Tune trial's: nothing waited for
     ]
     actors = [
@@ -88,3 +97,15 @@ def test_a_waiting_job_names_who_holds_what_it_is_short_of():
     )
     # nobody's actor or group holds it (a running task does): the reason without holders
     assert workers_reason(spec, {"CPU": 1.0}, []).endswith("free now 1 of 2 CPU")
+
+
+def test_the_panel_reads_a_waiting_job_s_reason_in_a_few_words():
+    spec = JobSpec("train", workers=2, cpus_per_worker=1, gpus_per_worker=1)
+    held = [Holding("job tf-0127dacc", "02000000", {"CPU": 1.0, "GPU": 2.0})]
+    reason = workers_reason(spec, {"CPU": 1.0, "GPU": 0.5}, held)
+    assert waiting_line(reason) == "1 of 2 CPU free, 0.5 of 2 GPU free; held by job tf-0127dacc"
+    assert waiting_line(workers_reason(spec, {"CPU": 2.0}, [])) == "0 of 2 GPU free"
+    assert waiting_line(workers_reason(spec, {"CPU": 2, "GPU": 2})) == "starting the workers"
+    assert waiting_line(pending_reason("PENDING", "submitted")) == "setting up the environment"
+    assert waiting_line(pending_reason("RUNNING", "resumed (1)")) == "starting the driver"
+    assert waiting_line("something else") == "something else"

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -391,10 +392,11 @@ def test_poc_with_the_users_function_loses_a_nodes_workers(remote, cluster, caps
     checks = {c.name: c for c in report.checks}
     for name in ("compute_tflops", "allreduce_inter_busbw_gb_per_s", "recovery_mttr_s"):
         assert checks[name].status != "n/a" and checks[name].value > 0, (name, report.text())
-    placement = _placement(remote, report.run_id)
-    assert len(placement["nodes"]) == 2, placement  # the workers ran on nodes a and b
-    label = placement["ranks"]["1"]
-    assert f"recovery: killed node {label}'s workers: rank 1 on" in out, out  # its one worker
+    # the workers ran on nodes a and b: the last rank's node held that worker alone. (The
+    # placement tag now tells the restarted group's, which Ray's best-effort SPREAD may
+    # pack onto node a's two slots while node b's is still being freed.)
+    killed = re.search(r"recovery: killed node \S+'s workers: (.+)$", out, re.MULTILINE)
+    assert killed and re.fullmatch(r"rank 1 on \S+", killed.group(1)), out  # its one worker
     # the raylets share this machine's address, but to Ray they are two nodes: the
     # collectives ran across them (one rank per node: nothing within one to measure)
     assert checks["allreduce_busbw_gb_per_s"].status == "n/a", report.text()

@@ -18,7 +18,7 @@ from typing import Any
 from .. import runreads, tracking
 from .. import services as svc
 from ..jobs import JobManager
-from ..jobstate import TERMINAL_STATES, JobInfo
+from ..jobstate import TERMINAL_STATES, JobInfo, JobState, waiting_line
 from ..raytoken import cluster_headers
 from ..spec import current_owner
 
@@ -164,7 +164,9 @@ class TrainingJobsManager:
         ``utilization_kind`` ``GPU`` or ``CPU``), ``cost_usd`` and ``cost`` (text),
         ``ettr`` (0..1), ``checkpoint_step``, ``restarts``, ``resumes``, ``started`` and
         ``ended`` (s since the epoch), ``run_url`` (direct), ``run_link`` (through this
-        server's proxy), ``detail`` (error or stop reason), ``history`` (recent
+        server's proxy), ``detail`` (error, stop or waiting reason), ``waiting`` (a PENDING
+        job's reason in a few words, :func:`~jupyter_trainfactory.jobstate.waiting_line`;
+        empty otherwise), ``history`` (recent
         ``[t, throughput, utilization]`` points), ``trials`` (a sweep's trial rows,
         :func:`~jupyter_trainfactory.sweeps.leaderboard.panel_trials`; None for a job) and
         ``trials_total`` (the trials the sweep will run; a sweep's ``step`` is None: its
@@ -203,6 +205,7 @@ class TrainingJobsManager:
                 f"{info.experiment_id}/runs/{info.run_id}?{tracking.UI_QUERY}"
             ),
             "detail": info.error or info.reason or info.stall,
+            "waiting": waiting_line(info.reason) if info.state == JobState.PENDING else "",
             "history": [list(p) for p in history],
             "trials": trials,
             "trials_total": trials_total,

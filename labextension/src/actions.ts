@@ -19,9 +19,28 @@ export interface IPanelActions {
 
 export const STOP_LABEL = 'Stop after checkpoint';
 export const STOP_NOW_LABEL = 'Stop now';
+export const STOP_WAITING_LABEL = 'Stop';
+
+/** A job that has not started training has nothing to save: one stop, no choice. */
+async function confirmStopWaiting(job: IJob): Promise<'graceful' | null> {
+  const result = await showDialog({
+    title: 'Stop training job',
+    body:
+      `Stop ${job.name || job.id} (${job.id})? It has not started training ` +
+      '(nothing to save).',
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.warnButton({ label: STOP_WAITING_LABEL })
+    ]
+  });
+  return result.button.accept ? 'graceful' : null;
+}
 
 export const labActions: IPanelActions = {
   async confirmStop(job) {
+    if (job.state === 'PENDING') {
+      return confirmStopWaiting(job);
+    }
     const body =
       `Stop ${job.name || job.id} (${job.id})? "${STOP_LABEL}" lets it save one more ` +
       `checkpoint (it can be resumed from there); "${STOP_NOW_LABEL}" ends it at once.`;

@@ -157,7 +157,10 @@ export function trialRow(job: IJob, trial: ITrial): HTMLTableRowElement {
   return row;
 }
 
-/** The state's badge and, for narrow panels where the step column hides, the step under it. */
+/**
+ * The state's badge; under it what a PENDING job waits for, and for narrow panels where
+ * the step column hides, the step.
+ */
 function stateCell(job: IJob): HTMLTableCellElement {
   const state = columnCell('state');
   const badge = el(
@@ -167,6 +170,17 @@ function stateCell(job: IJob): HTMLTableCellElement {
   );
   badge.title = job.detail || job.state;
   state.append(badge);
+  if (job.waiting) {
+    const waiting = el('div', 'jp-tf-waiting');
+    // a job id wraps as a whole, not at its hyphen
+    for (const part of job.waiting.split(/(tf-[0-9a-f]{8})/)) {
+      waiting.append(
+        /^tf-/.test(part) ? el('span', 'jp-tf-nowrap', part) : part
+      );
+    }
+    waiting.title = job.detail;
+    state.append(waiting);
+  }
   if (job.step !== null) {
     state.append(
       el('div', 'jp-tf-step-under', `step ${formatCount(job.step)}`)

@@ -38,6 +38,8 @@ export interface IJob {
   /** The MLflow run through this Jupyter server's proxy. */
   run_link: string;
   detail: string;
+  /** A PENDING job's reason in a few words (`0 of 2 CPU free; held by job tf-...`); else empty. */
+  waiting: string;
   /** Recent `[t (s), throughput, utilization]` points. */
   history: Array<[number, number | null, number | null]>;
   /** A sweep's trials, best first (null or absent for a job). */

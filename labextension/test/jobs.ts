@@ -25,6 +25,7 @@ export function job(overrides: Partial<IJob> = {}): IJob {
     run_url: 'http://127.0.0.1:5000/#/experiments/1/runs/abc',
     run_link: '/trainfactory/proxy/mlflow/#/experiments/1/runs/abc',
     detail: '',
+    waiting: '',
     history: [],
     ...overrides
   };

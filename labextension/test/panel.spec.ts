@@ -107,6 +107,31 @@ describe('JobsPanel', () => {
     ]);
   });
 
+  it('says under a PENDING job what it waits for, the full reason in its tooltip', async () => {
+    const reason =
+      'waiting for resources: 2 workers x (1 CPU), placement pack; free now 0 of 2 CPU;' +
+      ' held by job tf-00000001 (2 CPU)';
+    const { model, panel } = setup([
+      job({ id: 'tf-00000001', state: 'RUNNING' }),
+      job({
+        id: 'tf-00000002',
+        state: 'PENDING',
+        step: null,
+        detail: reason,
+        waiting: '0 of 2 CPU free; held by job tf-00000001'
+      })
+    ]);
+    await model.refresh();
+    const line = panel.node.querySelector(
+      'tr[data-job-id="tf-00000002"] .jp-tf-col-state .jp-tf-waiting'
+    ) as HTMLElement;
+    expect(line.textContent).toBe('0 of 2 CPU free; held by job tf-00000001');
+    expect(line.title).toBe(reason);
+    expect(
+      panel.node.querySelector('tr[data-job-id="tf-00000001"] .jp-tf-waiting')
+    ).toBeNull();
+  });
+
   it('says so when there are no jobs', async () => {
     const { model, panel } = setup([]);
     await model.refresh();

@@ -3,6 +3,8 @@ import type { Locator, Page } from '@playwright/test';
 
 /** The job tests/test_panel_browser.py launched before starting this server. */
 const JOB = process.env.TF_JOB_ID ?? '';
+/** A second job it launched once the first ran: PENDING, short of the first's CPUs. */
+const WAITING = process.env.TF_WAITING_JOB_ID ?? '';
 
 /** Every column's key (columns.ts COLUMNS), and those shown at the sidebar's default width. */
 const ALL = [
@@ -86,6 +88,38 @@ test('the panel shows a running job and stops it', async ({
   const row = panel.locator(`tr[data-job-id="${JOB}"]`);
   const state = row.locator('.jp-tf-state');
   await expect(state).toHaveText('RUNNING', { timeout: 120000 });
+
+  // The second job waits for the first's CPUs: under its state, what it needs and who
+  // holds it (its driver looks again every 5 s), the full reason in the tooltip. It is
+  // stopped from the panel before it ever ran.
+  expect(WAITING).toMatch(/^tf-[0-9a-f]{8}$/);
+  const waitingRow = panel.locator(`tr[data-job-id="${WAITING}"]`);
+  const waitingState = waitingRow.locator('.jp-tf-state');
+  await expect(waitingState).toHaveText('PENDING', { timeout: 60000 });
+  const waitingLine = waitingRow.locator('.jp-tf-waiting');
+  await expect(waitingLine).toHaveText(`0 of 2 CPU free; held by job ${JOB}`, {
+    timeout: 90000
+  });
+  await expect(waitingLine).toHaveAttribute(
+    'title',
+    /^waiting for resources: 2 workers x \(1 CPU\), placement pack; free now 0 of 2 CPU; held by job tf-/
+  );
+  await expect(waitingLine).toBeInViewport({ ratio: 1 });
+  await expectReachable(
+    panel,
+    waitingRow.locator('button[data-action="stop"]')
+  );
+  await panel.screenshot({ path: testInfo.outputPath('panel-waiting.png') });
+  await waitingRow.locator('button[data-action="stop"]').click();
+  const waitingDialog = page.locator('.jp-Dialog');
+  await expect(waitingDialog).toContainText(WAITING);
+  await expect(waitingDialog).toContainText('has not started training');
+  await waitingDialog
+    .getByRole('button', { name: 'Stop', exact: true })
+    .click();
+  await expect(waitingDialog).toHaveCount(0);
+  await expect(waitingState).toHaveText('STOPPED', { timeout: 90000 });
+  await expect(waitingLine).toHaveCount(0);
 
   // The reliability line under the table: the fleet's jobs of the last 30 days (this
   // one among them), per unit the failure rate and the exposure in its tooltip.
