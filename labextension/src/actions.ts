@@ -41,9 +41,14 @@ export const labActions: IPanelActions = {
     if (job.state === 'PENDING') {
       return confirmStopWaiting(job);
     }
+    const graceful =
+      job.checkpoint_step === null
+        ? `"${STOP_LABEL}" ends it at its first checkpoint, or when its loop checks ` +
+          'should_stop() (it has saved none yet: a resume starts over)'
+        : `"${STOP_LABEL}" lets it save one more checkpoint (it can be resumed from there)`;
     const body =
-      `Stop ${job.name || job.id} (${job.id})? "${STOP_LABEL}" lets it save one more ` +
-      `checkpoint (it can be resumed from there); "${STOP_NOW_LABEL}" ends it at once.`;
+      `Stop ${job.name || job.id} (${job.id})? ${graceful}; ` +
+      `"${STOP_NOW_LABEL}" ends it at once.`;
     const result = await showDialog({
       title: 'Stop training job',
       body,

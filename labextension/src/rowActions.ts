@@ -79,9 +79,7 @@ export class RowActions {
     }
     await this._do(
       () => this.model.stop(job.id, how === 'now'),
-      how === 'now'
-        ? `Stopping ${job.id} now`
-        : `${job.id} stops after its next checkpoint`
+      stopMessage(job, how)
     );
   }
 
@@ -105,4 +103,17 @@ export class RowActions {
       this.actions.notify(messageOf(error), 'error');
     }
   }
+}
+
+/** What the toast says once a stop was asked. */
+export function stopMessage(job: IJob, how: 'graceful' | 'now'): string {
+  if (how === 'now') {
+    return `Stopping ${job.id} now`;
+  }
+  if (job.state === 'PENDING') {
+    return `Stopping ${job.id}: it had not started training`;
+  }
+  return job.checkpoint_step === null
+    ? `${job.id} stops at its next checkpoint, or when its loop checks should_stop()`
+    : `${job.id} stops after its next checkpoint`;
 }

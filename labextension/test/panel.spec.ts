@@ -9,6 +9,7 @@ import { TrainfactoryError } from '../src/errors';
 import { JobsModel } from '../src/model';
 import { COLUMNS, columnClass, MAX_LEVEL } from '../src/columns';
 import { JobsPanel } from '../src/panel';
+import { stopMessage } from '../src/rowActions';
 import { IJob, IServices, ITrainfactoryAPI } from '../src/types';
 import { job } from './jobs';
 
@@ -130,6 +131,24 @@ describe('JobsPanel', () => {
     expect(
       panel.node.querySelector('tr[data-job-id="tf-00000001"] .jp-tf-waiting')
     ).toBeNull();
+  });
+
+  it("says after a stop what happens next, by the job's state and checkpoints", () => {
+    const pending = job({
+      state: 'PENDING',
+      step: null,
+      checkpoint_step: null
+    });
+    expect(stopMessage(pending, 'graceful')).toBe(
+      'Stopping tf-0123abcd: it had not started training'
+    );
+    expect(stopMessage(job(), 'graceful')).toBe(
+      'tf-0123abcd stops after its next checkpoint'
+    );
+    expect(stopMessage(job({ checkpoint_step: null }), 'graceful')).toContain(
+      'should_stop()'
+    );
+    expect(stopMessage(job(), 'now')).toBe('Stopping tf-0123abcd now');
   });
 
   it('says so when there are no jobs', async () => {
