@@ -73,6 +73,25 @@ TorchTrainer(fn, train_loop_config=config, scaling_config=ScalingConfig(num_work
 """
 
 
+def _driver_env(services, env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with the cluster's address and token (``services``), Ray
+    Train's own health-check interval, and ``env`` on top."""
+    from jupyter_trainfactory.payload import HEALTH_CHECK_ENV
+
+    full_env = {**os.environ, **services.client_env(), "RAY_ADDRESS": services.ray_address}
+    full_env.pop(HEALTH_CHECK_ENV, None)  # Ray's default unless given
+    full_env.update(env or {})
+    return full_env
+
+
+def _fn_file(fn: Callable, scratch: Path) -> str:
+    import cloudpickle
+
+    fn_file = scratch / "fn.pkl"
+    fn_file.write_bytes(cloudpickle.dumps(fn))
+    return str(fn_file)
+
+
 def plain_fit(
     services, fn: Callable, config: dict, scratch: Path, max_failures: int = 0, env=None
 ) -> tuple[float, str]:
@@ -82,20 +101,11 @@ def plain_fit(
     Raises SystemExit with the output's tail when the driver fails."""
     import json
 
-    import cloudpickle
-
-    from jupyter_trainfactory.payload import HEALTH_CHECK_ENV
-
-    fn_file = scratch / "fn.pkl"
-    fn_file.write_bytes(cloudpickle.dumps(fn))
-    full_env = {**os.environ, **services.client_env(), "RAY_ADDRESS": services.ray_address}
-    full_env.pop(HEALTH_CHECK_ENV, None)  # Ray's default unless given
-    full_env.update(env or {})
-    argv = [str(fn_file), json.dumps(config), str(scratch / "storage"), str(max_failures)]
+    argv = [_fn_file(fn, scratch), json.dumps(config), str(scratch / "storage"), str(max_failures)]
     t0 = time.time()
     done = subprocess.run(
         [sys.executable, "-c", PLAIN_DRIVER, *argv],
-        env=full_env,
+        env=_driver_env(services, env),
         capture_output=True,
         text=True,
         timeout=900,
@@ -103,3 +113,69 @@ def plain_fit(
     if done.returncode != 0:
         raise SystemExit(f"plain fit() failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return t0, done.stdout + done.stderr
+
+
+WARM_DRIVER = """
+import json, sys, time, cloudpickle, ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+fn = cloudpickle.loads(open(sys.argv[1], "rb").read())
+config, storage = json.loads(sys.argv[2]), sys.argv[3]
+ray.init(log_to_driver=True)
+for _ in sys.stdin:
+    print("FIT_CALLED", time.time(), flush=True)
+    TorchTrainer(fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=RunConfig(storage_path=storage)).fit()
+    print("FIT_DONE", flush=True)
+"""
+
+
+class WarmDriver:
+    """One driver process connected to the embedded cluster (``services``) that runs
+    ``TorchTrainer(fn).fit()`` with two workers each time :meth:`fit` asks: the driver's
+    interpreter, ``import ray.train``/``torch`` and ``ray.init`` are paid once, before the
+    first fit, as a driver kept warm between jobs would pay them. Use as a context manager
+    (the process ends on exit)."""
+
+    def __init__(self, services, fn: Callable, config: dict, scratch: Path):
+        import json
+
+        argv = [_fn_file(fn, scratch), json.dumps(config), str(scratch / "warm-storage")]
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", WARM_DRIVER, *argv],
+            env=_driver_env(services),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def __enter__(self) -> WarmDriver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def fit(self, mark: str) -> tuple[float, str]:
+        """Run one ``fit()``; returns (``time.time()`` when the driver called it, its
+        output up to the line holding ``mark``, which a worker prints, and the fit's end).
+        Raises SystemExit with the output's tail when the driver exits first."""
+        self._process.stdin.write("fit\n")
+        self._process.stdin.flush()
+        lines: list[str] = []
+        called = None
+        done = False
+        while not (done and any(mark in x for x in lines)):
+            line = self._process.stdout.readline()
+            if not line:
+                raise SystemExit("the warm driver exited:\n" + "".join(lines)[-3000:])
+            lines.append(line)
+            if line.startswith("FIT_CALLED "):
+                called = float(line.split()[1])
+            done = done or line.startswith("FIT_DONE")
+        return called, "".join(lines)

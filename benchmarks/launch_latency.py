@@ -9,7 +9,11 @@ CPUs are idle (:func:`settle`):
 - (c) right after (a), a second launch of the same function with nothing changed;
 - (b) ``TorchTrainer(fn, scaling_config=ScalingConfig(num_workers=2)).fit()`` in a new
   driver process connected to the same cluster (``RAY_ADDRESS`` and its token), from the
-  process's start to the first step of rank 0.
+  process's start to the first step of rank 0;
+- (w) the same ``fit()`` in a driver process kept warm: started (interpreter, ``import
+  ray.train``, ``ray.init``) and, unless ``--warmup 0``, one fit run before the rounds;
+  from its ``fit()`` call to the first step of rank 0. It measures what "a warm driver"
+  could take off a launch: everything left is Ray Train's controller and worker group.
 
 Rank 0 prints the wall-clock time (``time.time()``) at which the function was entered and
 at which its first step ended; each figure is that time minus the moment this script
@@ -18,8 +22,9 @@ min-max spread, (a)'s and (b)'s last round's actors from Ray's state API
 (``launch_timeline.py``: when each was asked for, got its process and was ready), the CPU
 seconds every process on this machine used from the round's start to its first step (in
 all, and by process for (a)'s and (b)'s last round: on a 2-CPU node the launch is bound by
-CPU, so what each process costs is where the seconds go), each round's a/b and c/b, and on
-the last line a/b and c/b of the medians (goals: a/b <= 1.0, c/b <= 0.5).
+CPU, so what each process costs is where the seconds go), each round's a/b, c/b and w/b,
+w/b of the medians, and on the last line a/b and c/b of the medians (goals: a/b <= 1.0,
+c/b <= 0.5).
 
 The CPU table's rows: an actor class (its ``__init__`` and methods, in its own process),
 ``worker start`` (a Ray worker process before it takes its actor: the interpreter,
@@ -46,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import embedded_services, plain_fit, settle, spread  # noqa: E402
+from common import WarmDriver, embedded_services, plain_fit, settle, spread  # noqa: E402
 from launch_timeline import (  # noqa: E402
     CpuByProcess,
     cpu_lines,
@@ -129,6 +134,11 @@ def via_plain_ray(services, steps: int, scratch: Path) -> dict[str, float]:
     return marks
 
 
+def via_warm_driver(driver: WarmDriver) -> dict[str, float]:
+    t0, output = driver.fit(MARK)
+    return _marks(output, t0)
+
+
 def with_cpu(measure, *args) -> dict[str, float]:
     """``measure(*args)``'s marks, once the machine is idle (:func:`settle`; ``settled``:
     the seconds waited), with ``cpu`` (``{process class: CPU s}`` of every process on this
@@ -156,27 +166,34 @@ def main(argv: list[str] | None = None) -> int:
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    results: dict[str, list[dict[str, float]]] = {"a": [], "c": [], "b": []}
+    results: dict[str, list[dict[str, float]]] = {"a": [], "c": [], "b": [], "w": []}
     started = time.time()
-    with embedded_services() as services, tempfile.TemporaryDirectory() as scratch:
+    with (
+        embedded_services() as services,
+        tempfile.TemporaryDirectory() as scratch,
+        WarmDriver(services, first_step_fn, {"steps": args.steps}, Path(scratch)) as warm,
+    ):
         for _ in range(args.warmup):  # the first launch on fresh services is not measured
             via_trainfactory(args.steps)
+            via_warm_driver(warm)
         for _ in range(args.rounds):
             results["a"].append(with_cpu(via_trainfactory, args.steps))
             results["c"].append(with_cpu(via_trainfactory, args.steps))
             results["b"].append(with_cpu(via_plain_ray, services, args.steps, Path(scratch)))
+            results["w"].append(with_cpu(via_warm_driver, warm))
 
-    print(f"two workers, {os.cpu_count()} CPUs, {args.rounds} round(s) of a c b")
+    print(f"two workers, {os.cpu_count()} CPUs, {args.rounds} round(s) of a c b w")
     print(f"(ran {time.time() - started:.0f} s)")
     names = {
         "a": "(a) trainfactory.launch",
         "c": "(c) the same launch again",
         "b": "(b) plain fit()",
+        "w": "(w) fit() in a warm driver",
     }
     for key, label in names.items():
         print(spread(f"{label}: first step", [r["first_step"] for r in results[key]], "s"))
         print(spread("    function entered", [r["entered"] for r in results[key]], "s"))
-        if key != "b":
+        if key in ("a", "c"):
             print(spread("    launch() returned", [r["submitted"] for r in results[key]], "s"))
         cpu = [sum(r["cpu"].values()) for r in results[key]]
         print(spread("    CPU of all processes", cpu, "s", 1))
@@ -195,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": results, "median": med}, indent=2))
     a_b, c_b = med["a"] / med["b"], med["c"] / med["b"]
-    for key in ("a", "c"):  # each round's pair ran back to back: the machine's drift cancels
+    for key in ("a", "c", "w"):  # each round's pair ran back to back: the machine's drift cancels
         rounds = zip(results[key], results["b"], strict=True)
         pairs = [r["first_step"] / b["first_step"] for r, b in rounds]
         print(spread(f"{key}/b round by round", pairs, "", 2))
+    print(f"w/b = {med['w'] / med['b']:.2f} (a warm driver, for comparison)")
     print(
         f"a/b = {a_b:.2f} (goal <= 1.0: {'met' if a_b <= 1.0 else 'NOT met'}),"
         f" c/b = {c_b:.2f} (goal <= 0.5: {'met' if c_b <= 0.5 else 'NOT met'})"

@@ -56,10 +56,11 @@ def test_launch_latency_short_mode_prints_its_ratios(services):
     match = re.match(r"a/b = (\d+\.\d+) .*, c/b = (\d+\.\d+) ", lines[-1])
     assert match, lines[-1]
     assert all(float(x) > 0 for x in match.groups())
-    assert sum(": first step" in line for line in lines) == 3  # a, c and b each measured
+    assert sum(": first step" in line for line in lines) == 4  # a, c, b and w each measured
+    assert any(re.match(r"w/b = \d+\.\d+ ", line) for line in lines), lines
     assert any(line.split()[:1] == ["RayTrainWorker"] for line in lines), lines  # the timeline
-    assert sum("CPU of all processes" in line for line in lines) == 3
-    assert sum("waited for idle CPUs before" in line for line in lines) == 3
+    assert sum("CPU of all processes" in line for line in lines) == 4
+    assert sum("waited for idle CPUs before" in line for line in lines) == 4
     assert sum(line.split()[:1] == ["total"] for line in lines) == 2  # a's and b's tables
 
 
