@@ -38,7 +38,11 @@ def test_points_grow_and_thin_out_over_the_whole_run(run):
     for step in range(1, 9):
         _log(client, run_id, [step])
         client.log_metric(run_id, "system/node-1/cpu_utilization", 40.0 + step, step=step)
+        if step >= 7:  # a second node: the plot gets its legend, beside it
+            client.log_metric(run_id, "system/node-2/cpu_utilization", 10.0, step=step)
         assert board.poll_once() is True
+        utilization = board._system.figures["utilization"]
+        assert bool(utilization.legend) is (step >= 7), step
     # 7 points passed 2 x 3: every other one was dropped; the first step stays, the last too
     assert [s for s, _ in model.series["loss"]] == [1, 3, 5, 7, 8]
     assert model.nodes["node-1"]["cpu_utilization"] == 48.0
@@ -46,6 +50,9 @@ def test_points_grow_and_thin_out_over_the_whole_run(run):
     assert list(cds.data["x"]) == [1, 3, 5, 7, 8]  # the bokeh source thins the same way
     # the node's CPU is a line of the utilization plot, by elapsed time
     assert len(board.source_of("utilization", "node-1 CPU").data["y"]) == 5
+    legend = utilization.legend[0]
+    assert legend in utilization.right and legend not in utilization.center  # covers no line
+    assert [item.label["value"] for item in legend.items] == ["node-1 CPU", "node-2 CPU"]
 
     board.poll_once()  # nothing new: nothing appended
     assert len(cds.data["x"]) == 5 and model.polls == 10  # 1 on creation + 9
@@ -155,6 +162,11 @@ def test_header_shows_throughput_mfu_split_checkpoint_and_warnings(run):
     assert split["data wait"] == [pytest.approx(0.0124 * 0.15)]
     assert split["communication"] == [pytest.approx(0.0124 * 0.08)]
     assert split["compute"] == [pytest.approx(0.0124 * 0.77)]
+    figures = board._system.figures
+    assert figures["utilization"].title.text == "GPU utilization"
+    assert figures["memory"].title.text == "GPU memory used"
+    assert not figures["utilization"].legend  # one GPU: its name is in the hover, no key
+    assert figures["step_split"].legend[0] in figures["step_split"].below  # over no part
     board.close()
 
 
@@ -333,7 +345,9 @@ def test_a_stall_timeout_is_suggested_only_when_none_was_set(run):
     client.set_tag(run_id, TAG.STALL_SUGGESTED, "60")
     client.set_tag(run_id, TAG.STALL_TIMEOUT, "off")
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
-    assert "<code>--stall-timeout 60</code> would suit this job" in board._header.value
+    header = board._header.value
+    assert "<code>--stall-timeout 60</code> would suit this job" in header
+    assert "&#9888;" not in header  # a muted tip, not a warning: nothing is wrong
     board.close()
     client.set_tag(run_id, TAG.STALL_TIMEOUT, "120")
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
@@ -351,7 +365,8 @@ def test_cost_and_a_budget_warning_in_the_header(run):
     client.set_tag(run_id, "trainfactory.cost.catalog", "example-2026-11 (example prices)")
     board = JobDashboard(source=RunSource(uri, run_id), start=False)
     header = board._header.value
-    assert "cost</b> 12.50 EUR · 28.80 EUR/h · wasted 1.25 EUR of a 15 EUR budget" in header
+    assert "cost</b> 12.50 EUR · 28.80 EUR/h · <span title=" in header
+    assert "outside goodput</span> 1.25 EUR of a 15 EUR budget" in header
     assert "by step" not in header  # no --target-steps given
     assert "(example prices)" in header
     assert "budget</b>: 85 % spent" in header
@@ -402,6 +417,9 @@ def test_the_users_metrics_come_first_then_throughput_and_devices_then_cost(run)
         "memory": "elapsed (s)",
     }
     assert board.source_of("memory", "n1 host").data["y"] == [2.0]  # GiB
+    titles = {p: f.title.text for p, f in board._system.figures.items()}
+    assert titles["utilization"] == "CPU utilization per node (no GPUs)"  # not "GPU"
+    assert titles["memory"] == "host memory used per node"
     board.close()
 
 

@@ -15,14 +15,29 @@ from .timeline import timeline_html
 
 __all__ = ["MAX_GPU_ROWS", "STATE_COLOURS", "header_html", "nodes_html", "performance_cells"]
 
+#: A state's badge colour: the side panel's (``labextension/style/index.css``), JupyterLab's
+#: theme variables, with the light theme's values where the page has no such variable.
 STATE_COLOURS = {
-    "PENDING": "#8a6d00",
-    "RUNNING": "#1a7f37",
-    "RESTARTING": "#bc4c00",
-    "SUCCEEDED": "#0969da",
-    "FAILED": "#cf222e",
-    "STOPPED": "#57606a",
+    "PENDING": "var(--jp-warn-color1, #f57c00)",
+    "RUNNING": "var(--jp-brand-color1, #1976d2)",
+    "RESTARTING": "var(--jp-warn-color1, #f57c00)",
+    "SUCCEEDED": "var(--jp-success-color1, #388e3c)",
+    "FAILED": "var(--jp-error-color1, #d32f2f)",
+    "STOPPED": "var(--jp-ui-font-color2, #616161)",
 }
+#: What the ETTR and the cost outside goodput count (telemetry.goodput), as tooltips: a
+#: short job's ETTR is low from its start-up alone, which is not a fault.
+_ETTR_TIP = (
+    "ETTR (effective training time ratio): the share of the job's wall time, from its"
+    " submission, spent in training steps whose progress was kept. Start-up (scheduling,"
+    " workers, setup), checkpoint saves, data waits, restarts and lost progress are"
+    " badput: a short job's ETTR is low from its start-up alone."
+)
+_WASTED_TIP = (
+    "the cost of the wall time outside goodput: start-up, checkpoint saves, data waits,"
+    " restarts and progress lost to failures (the badput in the goodput line)"
+)
+_MUTED = "var(--jp-ui-font-color2, #616161)"
 #: Above this many GPUs the node table shows the cluster min / mean / max, not every GPU.
 MAX_GPU_ROWS = 16
 
@@ -35,7 +50,7 @@ def header_html(model: DashboardModel, run_link: str | None = None) -> str:
     info = model.info
     if info is None:
         return ""
-    colour = STATE_COLOURS.get(info.state, "#57606a")
+    colour = STATE_COLOURS.get(info.state, STATE_COLOURS["STOPPED"])
     ckpt = "-"
     if info.checkpoint_step is not None:
         ckpt = f"step {info.checkpoint_step}"
@@ -64,6 +79,8 @@ def header_html(model: DashboardModel, run_link: str | None = None) -> str:
     text += timeline_block(model)
     for warning in warnings(model):
         text += f'<div style="color:#bc4c00">&#9888; {warning}</div>'
+    for tip in tips(model):
+        text += f'<div style="color:{_MUTED}">tip: {tip}</div>'
     if detail:
         text += f'<div style="color:{colour}"><code>{html.escape(detail)}</code></div>'
     return text + _failure_html(info)
@@ -123,7 +140,7 @@ def performance_cells(model: DashboardModel) -> list[str]:
             ),
             key=lambda kv: -kv[1],
         )[:3]
-        text = f"<b>goodput</b> ETTR {pct(v('goodput/ettr'))}"
+        text = f'<b title="{_ETTR_TIP}">goodput</b> ETTR {pct(v("goodput/ettr"))}'
         if badput:
             text += " (badput: " + ", ".join(f"{k} {x:.0f} s" for k, x in badput) + ")"
         cells.append(text)
@@ -154,7 +171,10 @@ def cost_cell(model: DashboardModel) -> str:
         f" · {money(v('cost/rate_per_h') or 0)} {cur}/h"
     )
     if v("cost/wasted_usd"):
-        text += f" · wasted {money(v('cost/wasted_usd'))} {cur}"
+        text += (
+            f' · <span title="{_WASTED_TIP}">outside goodput</span>'
+            f" {money(v('cost/wasted_usd'))} {cur}"
+        )
     if tags.get(TAG.COST_BUDGET):
         text += f" of a {html.escape(tags['trainfactory.cost.budget'])} {cur} budget"
     target = tags.get(TAG.TARGET_STEPS)
@@ -200,16 +220,6 @@ def warnings(model: DashboardModel) -> list[str]:
     info = model.info
     if info is not None and info.stall and not model.finished:
         out.append(f"<b>stalled</b>: {html.escape(info.stall)}")
-    elif (
-        info is not None
-        and info.stall_suggested_s
-        and not model.finished
-        and tags.get(TAG.STALL_TIMEOUT) == "off"
-    ):
-        out.append(
-            "no stall detection; from the step times seen,"
-            f" <code>--stall-timeout {info.stall_suggested_s:.0f}</code> would suit this job"
-        )
     share = model.latest.get("cost/budget_fraction")
     if share is not None and share >= BUDGET_WARN_FRACTION and not model.finished:
         out.append(f"<b>budget</b>: {100 * share:.0f} % spent; the job stops before passing it")
@@ -217,6 +227,24 @@ def warnings(model: DashboardModel) -> list[str]:
     if outage and model.info is not None and not model.finished:
         out.append(html.escape(outage))
     return out
+
+
+def tips(model: DashboardModel) -> list[str]:
+    """Advice for a running job, shown muted under the warnings (nothing is wrong): the
+    stall timeout that would suit a job launched without one, from its step times."""
+    info = model.info
+    if (
+        info is None
+        or model.finished
+        or info.stall
+        or not info.stall_suggested_s
+        or model.tags.get(TAG.STALL_TIMEOUT) != "off"
+    ):
+        return []
+    return [
+        "no stall detection; from the step times seen,"
+        f" <code>--stall-timeout {info.stall_suggested_s:.0f}</code> would suit this job"
+    ]
 
 
 def _gpu_totals(model: DashboardModel) -> dict[tuple[str, str], float]:

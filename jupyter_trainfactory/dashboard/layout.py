@@ -3,8 +3,9 @@
 Sections, top to bottom, under the header line of numbers:
 
 1. ``user``: the loop's own metrics (``loss``, ``val_accuracy``, ...), one plot each, by step;
-2. ``system``: throughput (by step), accelerator utilization and memory per device (one line
-   per GPU, or per node's CPU without GPUs, by elapsed time), and the step time split into
+2. ``system``: throughput (by step), GPU utilization and memory (one line per GPU), or
+   without GPUs each node's CPU utilization and host memory (one line per node), by elapsed
+   time, with their legends beside the plot, and the step time split into
    compute, data wait and communication (allreduce, or all-gather and reduce-scatter; by step);
 3. ``cost``: goodput and cost plots, in a collapsed section (their numbers are in the header).
 
@@ -17,11 +18,11 @@ from __future__ import annotations
 import re
 
 __all__ = [
-    "DEVICE_PLOTS",
     "SECTION_TITLES",
     "STEP_SPLIT",
     "TOOL_PREFIXES",
     "cost_plot",
+    "device_plot",
     "device_series",
     "is_user_metric",
     "throughput_key",
@@ -45,11 +46,13 @@ SECTION_TITLES = {
     "system": "throughput and devices",
     "cost": "goodput and cost",
 }
-#: ``(plot id, title, y axis label)`` of the per-device plots, by elapsed time.
-DEVICE_PLOTS = (
-    ("utilization", "accelerator utilization", "%"),
-    ("memory", "memory used per device", "GiB"),
-)
+#: ``{(plot id, has GPUs): (title, y axis label)}`` of the per-device plots, by elapsed time.
+_DEVICE_PLOTS = {
+    ("utilization", True): ("GPU utilization", "%"),
+    ("memory", True): ("GPU memory used", "GiB"),
+    ("utilization", False): ("CPU utilization per node (no GPUs)", "%"),
+    ("memory", False): ("host memory used per node", "GiB"),
+}
 #: The step-time split's plot: ``(id, title)``; its parts come from ``train/step_time_s``
 #: times ``train/data_wait_fraction`` and ``train/comm_fraction`` (compute is the rest).
 STEP_SPLIT = ("step_split", "step time: compute · data wait · communication (s)")
@@ -57,7 +60,7 @@ STEP_SPLIT = ("step_split", "step time: compute · data wait · communication (s
 _COST_PLOTS = {
     "goodput/ettr": "ETTR (effective training time ratio)",
     "cost/usd": "cost so far",
-    "cost/wasted_usd": "cost wasted on failures",
+    "cost/wasted_usd": "cost outside goodput (start-up, saves, failures)",
     "cost/rate_per_h": "burn rate (per hour)",
 }
 _GPU = re.compile(r"^system/(?P<node>.+)/(?P<dev>gpu\d+)/(?P<metric>utilization|memory_used_mb)$")
@@ -82,6 +85,13 @@ def throughput_key(keys) -> str | None:
 def cost_plot(key: str) -> str | None:
     """The title of ``key``'s plot in the collapsed cost section, or None (no plot)."""
     return _COST_PLOTS.get(key)
+
+
+def device_plot(plot_id: str, has_gpus: bool) -> tuple[str, str]:
+    """``(title, y axis label)`` of the per-device plot ``plot_id`` (``"utilization"`` or
+    ``"memory"``, from :func:`device_series`): GPU plots on a job with GPUs, else the
+    nodes' CPU and host memory, named as such. KeyError for another id."""
+    return _DEVICE_PLOTS[(plot_id, has_gpus)]
 
 
 def device_series(key: str, has_gpus: bool) -> tuple[str, str, float] | None:

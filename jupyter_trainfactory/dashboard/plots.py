@@ -51,6 +51,13 @@ def _plot_class():
     return Plot
 
 
+def _style(legend) -> None:
+    """Small labels; a click on an entry hides its line."""
+    legend.label_text_font_size = "10px"
+    legend.click_policy = "hide"
+    legend.background_fill_alpha = 0.6
+
+
 def _figure(title: str, x_label: str, y_label: str | None, tooltips):
     from bokeh.plotting import figure
 
@@ -87,6 +94,7 @@ class PlotGrid:
         self.views: dict[str, object] = {}
         self.figures: dict[str, object] = {}
         self.sources: dict[str, dict[str, object]] = {}
+        self._lines: dict[str, list[tuple[str, object]]] = {}  # plot id: (name, renderer)
 
     def __contains__(self, plot_id: str) -> bool:
         return plot_id in self.views
@@ -118,7 +126,8 @@ class PlotGrid:
 
         A plot with a ``line`` name gets a legend entry per line (one per device), at
         ``legend_at`` (a bokeh ``LegendLocation``: the corner the lines leave free, or
-        ``"outside"``: right of the plot area)."""
+        ``"outside"``: right of the plot area, from its second line on: one line's name is
+        in the plot's title and hover, and a legend beside it would take the plot's width)."""
         if not points:
             return
         from bokeh.models import ColumnDataSource
@@ -136,23 +145,36 @@ class PlotGrid:
             else self.figures[plot_id]
         )
         colour = PALETTE[len(self.sources.get(plot_id, {})) % len(PALETTE)]
-        extra = {"legend_label": line} if line else {}
-        fig.line("x", "y", source=cds, line_width=2, color=colour, **extra)
+        inside = line and legend_at != "outside"
+        extra = {"legend_label": line} if inside else {}
+        renderer = fig.line("x", "y", source=cds, line_width=2, color=colour, **extra)
         if not line:
             fig.scatter("x", "y", source=cds, size=4, color=colour)
-        if line:
-            if legend_at != "outside":
-                fig.legend.location = legend_at
-            elif fresh:  # beside the plot area, where it covers no line
-                legend = fig.legend[0]
-                fig.center.remove(legend)
-                fig.add_layout(legend, "right")
-            fig.legend.label_text_font_size = "10px"
-            fig.legend.click_policy = "hide"
-            fig.legend.background_fill_alpha = 0.6
+        elif inside:
+            fig.legend.location = legend_at
+            _style(fig.legend)
+        else:
+            self._lines.setdefault(plot_id, []).append((line, renderer))
+            self._legend_beside(fig, self._lines[plot_id])
         self.sources.setdefault(plot_id, {})[line] = cds
         if fresh:
             self._add(plot_id, fig)
+
+    @staticmethod
+    def _legend_beside(fig, lines: list[tuple[str, object]]) -> None:
+        """The legend right of the plot area, where it covers no line, once there are two
+        ``(name, renderer)`` lines; a later line is appended to it."""
+        from bokeh.models import Legend, LegendItem
+
+        if len(lines) < 2:
+            return
+        items = [LegendItem(label=name, renderers=[r]) for name, r in lines]
+        if len(lines) == 2:
+            legend = Legend(items=items)
+            fig.add_layout(legend, "right")
+            _style(legend)
+        else:
+            fig.legend[0].items = items  # a new list: the browser's copy follows
 
     def stacked(
         self,
@@ -184,10 +206,11 @@ class PlotGrid:
             color=list(_STACK_COLOURS[: len(parts)]),
             legend_label=list(parts),
         )
-        fig.legend.location = "top_left"
+        legend = fig.legend[0]  # under the plot area, where it covers no part
+        fig.center.remove(legend)
+        fig.add_layout(legend, "below")
         fig.legend.label_text_font_size = "10px"
         fig.legend.orientation = "horizontal"
-        fig.legend.background_fill_alpha = 0.6
         self.sources[plot_id] = {"": cds}
         self._add(plot_id, fig)
 
@@ -227,4 +250,5 @@ class PlotGrid:
         self.views.clear()
         self.figures.clear()
         self.sources.clear()
+        self._lines.clear()
         self.box.close()

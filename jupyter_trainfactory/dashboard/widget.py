@@ -309,9 +309,11 @@ class JobDashboard(widgets.VBox):
                 device = layout.device_series(key, self.model.has_gpus)
                 if device is not None:
                     plot_id, label, scale = device
-                    _, title, unit = next(p for p in layout.DEVICE_PLOTS if p[0] == plot_id)
+                    title, unit = layout.device_plot(plot_id, self.model.has_gpus)
                     xy = [(self._elapsed(t), v * scale) for t, v in points]
-                    self._system.line(plot_id, xy, title, _TIME_AXIS, unit, line=label)
+                    self._system.line(
+                        plot_id, xy, title, _TIME_AXIS, unit, line=label, legend_at="outside"
+                    )
             elif layout.is_user_metric(key):
                 self._user.line(key, points, key, _STEP_AXIS)
                 self._step_plots[key] = (self._user, key)
