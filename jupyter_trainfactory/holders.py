@@ -114,11 +114,12 @@ def held_by(found: Iterable[Holding], names: Iterable[str]) -> list[Holding]:
     return kept
 
 
-def holdings_text(found: Iterable[Holding], limit: int = 3) -> str:
+def holdings_text(found: Iterable[Holding], limit: int = 3, amounts: bool = True) -> str:
     """``job tf-0127dacc (2 CPU), Ray job 05000000 (1 CPU)``: the first ``limit``, then
-    ``and N more``; empty when nothing is held."""
+    ``and N more``; empty when nothing is held. ``amounts=False``: the names only
+    (``job tf-0127dacc, Ray job 05000000``)."""
     found = list(found)
-    text = ", ".join(h.text() for h in found[:limit])
+    text = ", ".join(h.text() if amounts else h.job for h in found[:limit])
     if len(found) > limit:
         text += f" and {len(found) - limit} more"
     return text

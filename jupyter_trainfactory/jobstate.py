@@ -97,6 +97,7 @@ class JobInfo:
     stall: str = ""
     stall_suggested_s: float | None = None
     cost: str = ""
+    waiting: str = ""  # the driver's reason in a few words while PENDING (waiting_line)
 
     def failure_lines(self) -> list[str]:
         """The root cause of the last failure: rank, node and error, then its traceback's
@@ -153,30 +154,17 @@ def pending_reason(ray_status: str | None, reason: str) -> str:
     return reason
 
 
-_FREE = re.compile(r"([\d.]+) of ([\d.]+) ([^\s,]+)")
-
-
-def waiting_line(reason: str) -> str:
-    """A PENDING job's reason (:func:`pending_reason`, or the driver's, from
-    ``ray_backend/waiting.py`` ``workers_reason``) in a few words, for a line under the
-    state in the side panel; the full reason stays in its tooltip. ``waiting for
-    resources: 2 workers x (1 CPU), placement pack; free now 0 of 2 CPU; held by job
-    tf-0127dacc (2 CPU)`` reads ``0 of 2 CPU free; held by job tf-0127dacc``."""
+def waiting_line(reason: str, line: str = "") -> str:
+    """A PENDING job's reason (:func:`pending_reason`) in a few words, for a line under the
+    state in the side panel (the full reason stays in its tooltip): for the reasons said
+    before the driver speaks, their own; then the driver's (``line``, tag
+    ``trainfactory.waiting``, from ``ray_backend/waiting.py`` ``workers_wait``: ``0 of 2
+    CPU free; held by job tf-0127dacc``); else the reason itself."""
     if reason == SETTING_UP:
         return "setting up the environment"
     if reason in (DRIVER_STARTING, SUBMITTED) or reason.startswith(RESUMED):
         return "starting the driver"
-    head, _, rest = reason.partition(": ")
-    if head == "starting the workers":
-        return head
-    if head != "waiting for resources":
-        return reason
-    parts = rest.split("; ")
-    free = next((p for p in parts if p.startswith("free now ")), "")
-    line = ", ".join(f"{have} of {need} {kind} free" for have, need, kind in _FREE.findall(free))
-    held = next((p for p in parts if p.startswith("held by ")), "")
-    held = re.sub(r" \([^)]*\)", "", held)  # who, not how much: that is in the tooltip
-    return f"{line or head}; {held}" if held else line or head
+    return line or reason
 
 
 def job_state(run_status: str, ray_status: str | None, tags: dict[str, str]) -> str:
@@ -249,6 +237,7 @@ def job_info(run, state: str, tracking_uri: str) -> JobInfo:
         stall=tags.get(TAG.STALL, ""),
         stall_suggested_s=None if math.isnan(suggested) else suggested,
         cost=cost_text(run.data.metrics, tags),
+        waiting=tags.get(TAG.WAITING, ""),
     )
 
 

@@ -138,6 +138,7 @@ def reopen_tags(
         TAG.SUBMISSION: submission_id,
         TAG.STATE: JobState.PENDING.value,
         TAG.REASON: f"{RESUMED}{count})",
+        TAG.WAITING: "",
         TAG.RESUMES: str(count),
         TAG.RESUME_SPEC: json.dumps({"submission": submission_id, "time": now, **changes}),
         TAG.STARTED: f"{now:.3f}",  # goodput counts this submission's time

@@ -83,6 +83,7 @@ class TAG:
     FUNCTION_SHA = "trainfactory.code.function_sha256"  # written by lineage.CodeVersion
     STATE = "trainfactory.state"
     REASON = "trainfactory.reason"
+    WAITING = "trainfactory.waiting"  # a PENDING job's reason in a few words (the driver's)
     ERROR = "trainfactory.error"
     STOP = "trainfactory.stop_requested"
     STOP_GRACE = "trainfactory.stop_grace_s"

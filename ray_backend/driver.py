@@ -20,7 +20,7 @@ from typing import Any
 
 from ray_backend.waiting import (
     PendingReason,
-    current_reason,
+    current_wait,
     release_groups,
     resources_text,
     worker_resources,
@@ -29,7 +29,7 @@ from ray_backend.waiting import (
 
 __all__ = [
     "build_trainer",
-    "current_reason",
+    "current_wait",
     "exit_driver",
     "job_spec",
     "load_payload",
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         f" at {mask_url(meta['tracking_uri'])}",
         flush=True,
     )
-    recorder.set_state.remote("PENDING", current_reason(ray, spec))
+    recorder.set_state.remote("PENDING", *current_wait(ray, spec))
     return _train(ray, meta, fn, recorder, PendingReason(ray, recorder, spec))
 
 

@@ -92,23 +92,27 @@ class JobRecord:
         return update.decisions
 
     # -- inputs -----------------------------------------------------------------------
-    def set_state(self, state: str, reason: str, now: float) -> None:
-        """The job's state and its reason; ``RUNNING`` starts an attempt (rank 0 says it)."""
+    def set_state(self, state: str, reason: str, now: float, line: str = "") -> None:
+        """The job's state and its reason (``line``: a ``PENDING`` job's in a few words,
+        tag ``trainfactory.waiting``, cleared by any other state); ``RUNNING`` starts an
+        attempt (rank 0 says it)."""
         if state == "RUNNING":
             if self.reports.running_since is None:
                 self.reports.running_since = now
             self._attempt_started(now)
         self.delivery.tags[TAG.STATE] = state
         self.delivery.tags[TAG.REASON] = reason
+        self.delivery.tags[TAG.WAITING] = line if state == "PENDING" else ""
         self.state, self.reason = state, reason
 
-    def pending_reason(self, reason: str) -> bool:
-        """A new reason for a job still ``PENDING`` (what it waits for now); returns False,
-        changing nothing, once the job has left ``PENDING``."""
+    def pending_reason(self, reason: str, line: str = "") -> bool:
+        """A new reason for a job still ``PENDING`` (what it waits for now, in full and in
+        a few words); returns False, changing nothing, once the job has left ``PENDING``."""
         if self.state != "PENDING":
             return False
         if reason != self.reason:
             self.delivery.tags[TAG.REASON] = self.reason = reason
+            self.delivery.tags[TAG.WAITING] = line
         return True
 
     def _attempt_started(self, now: float) -> None:

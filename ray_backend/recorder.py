@@ -120,16 +120,18 @@ class RunRecorder:
             self._record.resume(read_previous(run), resume)
 
     # -- inputs ---------------------------------------------------------------------
-    def set_state(self, state: str, reason: str = "") -> None:
-        """Record the job's state (``PENDING``, ``RUNNING``, ``RESTARTING``) and its reason."""
+    def set_state(self, state: str, reason: str = "", line: str = "") -> None:
+        """Record the job's state (``PENDING``, ``RUNNING``, ``RESTARTING``), its reason and,
+        for ``PENDING``, the reason in a few words (``line``)."""
         now = time.time()
         with self._lock:
-            self._record.set_state(state, reason, now)
+            self._record.set_state(state, reason, now, line)
 
-    def pending_reason(self, reason: str) -> bool:
-        """Say what a ``PENDING`` job waits for now; False once it has left ``PENDING``."""
+    def pending_reason(self, reason: str, line: str = "") -> bool:
+        """Say what a ``PENDING`` job waits for now (in full and in a few words); False
+        once it has left ``PENDING``."""
         with self._lock:
-            return self._record.pending_reason(reason)
+            return self._record.pending_reason(reason, line)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         """Record run tags (values cut to 5,000 characters)."""

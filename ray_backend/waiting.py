@@ -13,11 +13,12 @@ import time
 __all__ = [
     "PENDING_REFRESH_S",
     "PendingReason",
-    "current_reason",
+    "current_wait",
     "release_groups",
     "resources_text",
     "worker_resources",
     "workers_reason",
+    "workers_wait",
 ]
 
 
@@ -41,48 +42,61 @@ def resources_text(spec) -> str:
     return text + (f", labels {labels}" if labels else "")
 
 
-def workers_reason(spec, free: dict[str, float], held: list | None = None) -> str:
-    """What a job whose driver runs waits for before its workers start: ``starting the
-    workers: ...`` when the cluster's free resources (``free``, ``ray.available_resources()``
-    plus what the job itself already holds) cover all workers, else ``waiting for
-    resources: ...; free now ...`` naming what is short (summed over nodes: a worker that
-    fits no single node still waits), and ``; held by ...`` the other jobs that hold it
-    (``held``, :class:`~jupyter_trainfactory.holders.Holding` records)."""
+def workers_wait(spec, free: dict[str, float], held: list | None = None) -> tuple[str, str]:
+    """What a job whose driver runs waits for before its workers start, as ``(reason,
+    line)``: the reason in full (the run's ``trainfactory.reason``) and in a few words for
+    the side panel (``trainfactory.waiting``).
+
+    ``starting the workers: ...`` when the cluster's free resources (``free``,
+    ``ray.available_resources()`` plus what the job itself already holds) cover all
+    workers, else ``waiting for resources: ...; free now ...`` naming what is short (summed
+    over nodes: a worker that fits no single node still waits), and ``; held by ...`` the
+    other jobs that hold it (``held``, :class:`~jupyter_trainfactory.holders.Holding`
+    records). Its line: ``starting the workers``, or ``0 of 2 CPU free; held by job
+    tf-0127dacc`` (who, not how much: the amounts are in the reason)."""
     from jupyter_trainfactory.holders import held_by, holdings_text
 
     need = {k: v * spec.workers for k, v in worker_resources(spec).items() if v > 0}
     short = {k: v for k, v in need.items() if free.get(k, 0.0) + 1e-9 < v}
     resources = resources_text(spec)
     if not short:
-        return f"starting the workers: {resources}"
-    have = ", ".join(f"{free.get(k, 0.0):g} of {v:g} {k}" for k, v in short.items())
-    holders = holdings_text(held_by(held or [], short))
-    return f"waiting for resources: {resources}; free now {have}" + (
-        f"; held by {holders}" if holders else ""
-    )
+        return f"starting the workers: {resources}", "starting the workers"
+    have = [f"{free.get(k, 0.0):g} of {v:g} {k}" for k, v in short.items()]
+    holders = held_by(held or [], short)
+    reason = f"waiting for resources: {resources}; free now {', '.join(have)}"
+    line = ", ".join(f"{x} free" for x in have)
+    if holders:
+        reason += f"; held by {holdings_text(holders)}"
+        line += f"; held by {holdings_text(holders, amounts=False)}"
+    return reason, line
 
 
-def current_reason(ray, spec) -> str:
-    """:func:`workers_reason` of the cluster now. Ray's state API (who holds what) is
+def workers_reason(spec, free: dict[str, float], held: list | None = None) -> str:
+    """The full reason of :func:`workers_wait`."""
+    return workers_wait(spec, free, held)[0]
+
+
+def current_wait(ray, spec) -> tuple[str, str]:
+    """:func:`workers_wait` of the cluster now. Ray's state API (who holds what) is
     asked only when the free resources fall short; what this job holds already (its
     workers' placement group, being created) counts as free to it. The state API away:
     the reason without its holders."""
     from jupyter_trainfactory.holders import read_holdings, state_lister
 
     free = dict(ray.available_resources())
-    reason = workers_reason(spec, free)
-    if reason.startswith("starting"):
-        return reason
+    wait = workers_wait(spec, free)
+    if wait[0].startswith("starting"):
+        return wait
     try:
         found = read_holdings(state_lister(), timeout=5.0)
     except Exception:  # noqa: BLE001 - the dashboard busy or away: say what is known
-        return reason
+        return wait
     own = ray.get_runtime_context().get_job_id()
     for holding in found:
         if holding.ray_job_id == own:
             for name, value in holding.resources.items():
                 free[name] = free.get(name, 0.0) + value
-    return workers_reason(spec, free, [h for h in found if h.ray_job_id != own])
+    return workers_wait(spec, free, [h for h in found if h.ray_job_id != own])
 
 
 #: Seconds between two looks at what a PENDING job waits for (the state API's cost:
@@ -103,8 +117,9 @@ class PendingReason:
         if not self.pending or time.monotonic() < self.next_at:
             return
         try:
-            reason = current_reason(self.ray, self.spec)
-            self.pending = self.ray.get(self.recorder.pending_reason.remote(reason), timeout=10)
+            reason, line = current_wait(self.ray, self.spec)
+            pending = self.recorder.pending_reason.remote(reason, line)
+            self.pending = self.ray.get(pending, timeout=10)
         except Exception as exc:  # noqa: BLE001 - what it waits for must never end the job
             print(f"trainfactory: reading what the job waits for: {exc}", flush=True)
         self.next_at = time.monotonic() + PENDING_REFRESH_S

@@ -8,6 +8,7 @@ from jupyter_trainfactory.holders import Holding, held_by, holdings, holdings_te
 from jupyter_trainfactory.jobstate import pending_reason, waiting_line
 from jupyter_trainfactory.spec import JobSpec
 from ray_backend.driver import workers_reason
+from ray_backend.waiting import workers_wait
 
 
 def _group(job_id, bundles, state="CREATED"):
@@ -101,11 +102,19 @@ def test_a_waiting_job_names_who_holds_what_it_is_short_of():
 
 def test_the_panel_reads_a_waiting_job_s_reason_in_a_few_words():
     spec = JobSpec("train", workers=2, cpus_per_worker=1, gpus_per_worker=1)
-    held = [Holding("job tf-0127dacc", "02000000", {"CPU": 1.0, "GPU": 2.0})]
-    reason = workers_reason(spec, {"CPU": 1.0, "GPU": 0.5}, held)
-    assert waiting_line(reason) == "1 of 2 CPU free, 0.5 of 2 GPU free; held by job tf-0127dacc"
-    assert waiting_line(workers_reason(spec, {"CPU": 2.0}, [])) == "0 of 2 GPU free"
-    assert waiting_line(workers_reason(spec, {"CPU": 2, "GPU": 2})) == "starting the workers"
-    assert waiting_line(pending_reason("PENDING", "submitted")) == "setting up the environment"
+    held = [
+        Holding("job tf-0127dacc", "02000000", {"CPU": 1.0, "GPU": 2.0}),
+        Holding("Ray job 04", "04", {"GPU": 0.5}),
+    ]
+    reason, line = workers_wait(spec, {"CPU": 1.0, "GPU": 0.5}, held)
+    assert line == "1 of 2 CPU free, 0.5 of 2 GPU free; held by job tf-0127dacc, Ray job 04"
+    assert "held by job tf-0127dacc (1 CPU, 2 GPU), Ray job 04 (0.5 GPU)" in reason  # how much
+    assert workers_wait(spec, {"CPU": 2.0}, [])[1] == "0 of 2 GPU free"
+    assert workers_wait(spec, {"CPU": 2, "GPU": 2})[1] == "starting the workers"
+    # the panel: the driver's line while it waits; its own words before the driver speaks
+    assert waiting_line(reason, line) == line
+    assert waiting_line(pending_reason("PENDING", "submitted"), line) == (
+        "setting up the environment"
+    )
     assert waiting_line(pending_reason("RUNNING", "resumed (1)")) == "starting the driver"
-    assert waiting_line("something else") == "something else"
+    assert waiting_line("something else") == "something else"  # a run without the tag

@@ -90,6 +90,7 @@ def test_stopped_job_reads_stopped_and_run_killed(manager, mlflow_client, jobs):
         "waiting for resources: 1 worker x (1 CPU), placement pack; free now 0 of 1 CPU;"
         f" held by job {job.id} (2 CPU)"
     )
+    assert info.waiting == f"0 of 1 CPU free; held by job {job.id}"  # the panel's line
     assert waiting.stop(now=True) == "STOPPED"
     assert job.stop(now=True) == "STOPPED"
     run = mlflow_client.get_run(job.run_id)

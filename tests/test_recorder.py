@@ -118,17 +118,25 @@ def test_finish_closes_run_with_error(store):
 def test_a_pending_jobs_reason_is_kept_current_until_it_runs(store):
     uri, client, run_id = store
     rec = RunRecorder(uri, run_id, flush_interval_s=3600)
-    rec.set_state("PENDING", "waiting for resources: ...; held by job tf-0127dacc (2 CPU)")
-    assert rec.pending_reason("starting the workers: 2 workers x (1 CPU)")
+    rec.set_state(
+        "PENDING",
+        "waiting for resources: ...; held by job tf-0127dacc (2 CPU)",
+        "0 of 2 CPU free; held by job tf-0127dacc",
+    )
     rec.flush()
     assert (
-        client.get_run(run_id).data.tags[TAG.REASON] == "starting the workers: 2 workers x (1 CPU)"
+        client.get_run(run_id).data.tags[TAG.WAITING] == "0 of 2 CPU free; held by job tf-0127dacc"
     )
-    rec.set_state("RUNNING")  # rank 0 started: a late look changes nothing
-    assert not rec.pending_reason("waiting for resources: ...; free now 0 of 2 CPU")
+    assert rec.pending_reason("starting the workers: 2 workers x (1 CPU)", "starting the workers")
     rec.flush()
     tags = client.get_run(run_id).data.tags
-    assert tags[TAG.STATE] == "RUNNING" and tags[TAG.REASON] == ""
+    assert tags[TAG.REASON] == "starting the workers: 2 workers x (1 CPU)"
+    assert tags[TAG.WAITING] == "starting the workers"
+    rec.set_state("RUNNING")  # rank 0 started: a late look changes nothing
+    assert not rec.pending_reason("waiting for resources: ...; free now 0 of 2 CPU", "0 of 2")
+    rec.flush()
+    tags = client.get_run(run_id).data.tags
+    assert tags[TAG.STATE] == "RUNNING" and tags[TAG.REASON] == "" and tags[TAG.WAITING] == ""
 
 
 class FlakyClient:

@@ -205,7 +205,9 @@ class TrainingJobsManager:
                 f"{info.experiment_id}/runs/{info.run_id}?{tracking.UI_QUERY}"
             ),
             "detail": info.error or info.reason or info.stall,
-            "waiting": waiting_line(info.reason) if info.state == JobState.PENDING else "",
+            "waiting": (
+                waiting_line(info.reason, info.waiting) if info.state == JobState.PENDING else ""
+            ),
             "history": [list(p) for p in history],
             "trials": trials,
             "trials_total": trials_total,
