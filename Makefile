@@ -59,8 +59,11 @@ test: install lint $(WHEEL)
 	cd labextension && $(JLPM) test
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest
 
+# LAB_ARGS: more JupyterLab options, e.g. LAB_ARGS="--no-browser --ip 0.0.0.0 --port 8888"
+# on a remote or headless machine.
+LAB_ARGS ?=
 lab: install
-	$(BIN)/jupyter lab examples $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(BIN)/jupyter lab examples $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf $(VENV) dist .pytest_cache .ruff_cache examples/*.out.ipynb
