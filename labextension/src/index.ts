@@ -9,6 +9,7 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 
 import { labActions } from './actions';
 import { bokehPlugin } from './bokeh';
+import { refreshAfterCellRuns } from './cellRuns';
 import { addOpenInMainCommand } from './commands';
 import { serverAPI } from './api';
 import { trainfactoryIcon } from './icon';
@@ -46,6 +47,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     palette?.addItem({ command: OPEN_COMMAND, category: 'Training' });
     model.start();
+    refreshAfterCellRuns(app.commands, model);
   }
 };
 
