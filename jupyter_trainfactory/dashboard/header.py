@@ -72,10 +72,10 @@ def header_html(model: DashboardModel, run_link: str | None = None) -> str:
         f"checkpoint {ckpt}",
         link,
     ]
-    text = " &nbsp;|&nbsp; ".join(cells)
+    text = _cells(cells)
     perf = performance_cells(model)
     if perf:
-        text += "<div>" + " &nbsp;|&nbsp; ".join(perf) + "</div>"
+        text += "<div>" + _cells(perf) + "</div>"
     text += timeline_block(model)
     for warning in warnings(model):
         text += f'<div style="color:#bc4c00">&#9888; {warning}</div>'
@@ -84,6 +84,12 @@ def header_html(model: DashboardModel, run_link: str | None = None) -> str:
     if detail:
         text += f'<div style="color:{colour}"><code>{html.escape(detail)}</code></div>'
     return text + _failure_html(info)
+
+
+def _cells(cells: list[str]) -> str:
+    """One line of cells: a narrow output wraps between cells, never inside one (a
+    figure stays beside its name)."""
+    return " &nbsp;|&nbsp; ".join(f'<span style="white-space:nowrap">{c}</span>' for c in cells)
 
 
 def performance_cells(model: DashboardModel) -> list[str]:

@@ -53,10 +53,12 @@ _DEVICE_PLOTS = {
     ("utilization", False): ("CPU utilization per node (no GPUs)", "%"),
     ("memory", False): ("host memory used per node", "GiB"),
 }
-#: The step-time split's plot: ``(id, title)``; its parts come from ``train/step_time_s``
+#: The step-time split's plot: ``(id, title)``; its parts (ms) come from ``train/step_time_s``
 #: times ``train/data_wait_fraction`` and ``train/comm_fraction`` (compute is the rest).
-STEP_SPLIT = ("step_split", "step time: compute · data wait · communication (s)")
-#: Cost and goodput series worth a plot (in the collapsed section), with their titles.
+STEP_SPLIT = ("step_split", "step time by part (ms)")
+#: Cost and goodput series worth a plot (in the collapsed section), with their titles. The
+#: recorder logs them once a second, at the tick of its clock (``ray_backend/derived.py``),
+#: which a resume continues: their x axis is that running time, not a training step.
 _COST_PLOTS = {
     "goodput/ettr": "ETTR (effective training time ratio)",
     "cost/usd": "cost so far",

@@ -183,6 +183,7 @@ class PlotGrid:
         parts: Sequence[str],
         title: str,
         x_label: str,
+        y_label: str = "ms",
     ) -> None:
         """Append rows ``(x, part_0, part_1, ...)`` to a stacked-area plot of ``parts``."""
         if not rows:
@@ -197,8 +198,12 @@ class PlotGrid:
 
         cds = ColumnDataSource(data)
         fig = _figure(
-            title, x_label, "s", [(x_label, "@x")] + [(n, "@{" + n + "}{0.000}") for n in parts]
+            title,
+            x_label,
+            y_label,
+            [(x_label, "@x")] + [(n, "@{" + n + "}{0.[000]}") for n in parts],
         )
+        fig.height += 20  # the legend's row under the axis: the plot area keeps its height
         fig.varea_stack(
             list(parts),
             x="x",
@@ -206,11 +211,14 @@ class PlotGrid:
             color=list(_STACK_COLOURS[: len(parts)]),
             legend_label=list(parts),
         )
-        legend = fig.legend[0]  # under the plot area, where it covers no part
-        fig.center.remove(legend)
+        legend = fig.legend[0]  # under the plot area, where it covers no part, and compact
+        fig.center.remove(legend)  # enough not to widen a plot of the grid's narrowest cell
         fig.add_layout(legend, "below")
-        fig.legend.label_text_font_size = "10px"
-        fig.legend.orientation = "horizontal"
+        legend.orientation = "horizontal"
+        legend.label_text_font_size = "9px"
+        legend.glyph_width = legend.glyph_height = 10
+        legend.spacing, legend.padding, legend.margin = 6, 2, 0
+        legend.border_line_alpha = 0
         self.sources[plot_id] = {"": cds}
         self._add(plot_id, fig)
 

@@ -28,7 +28,7 @@ from .timeline import timeline_html
 __all__ = ["JobDashboard", "timeline_html"]
 
 _SYSTEM_ORDER = {"throughput": 0, "utilization": 1, "memory": 2, layout.STEP_SPLIT[0]: 3}
-_TIME_AXIS, _STEP_AXIS = "elapsed (s)", "step"
+_TIME_AXIS, _STEP_AXIS, _RUNNING_AXIS = "elapsed (s)", "step", "running time (s)"
 
 
 def _is_outage(exc: BaseException) -> bool:
@@ -93,6 +93,7 @@ class JobDashboard(widgets.VBox):
         self._split_after: int | None = None
         self._step_plots: dict[str, tuple[PlotGrid, str]] = {}  # key -> its plot
         self._complete = False  # the plots hold the ended run's whole history
+        self._backfilled: set[str] = set()  # step series whose start was read from history
         self._t0: float | None = None
         self._lock = threading.RLock()
         self._ended = threading.Event()
@@ -181,12 +182,15 @@ class JobDashboard(widgets.VBox):
                         **{k: list(v) for k, v in self.model.timeseries.items()},
                     }
                 )
+                self._backfilled.update(self._step_plots)
             self._apply(snap)
 
-    def _reread_history(self) -> None:
-        """The job ended: the step plots get every point of the run (downsampled), not
-        only the latest point each poll saw."""
-        keys = [k for k in self.model.series if k in self._step_plots]
+    def _reread_history(self, keys: list[str] | None = None) -> None:
+        """The step plots of ``keys`` (default: all) get every point of the run so far
+        (downsampled), not only the latest point each poll saw: all of them once the job
+        ended, and each once when it first draws while the job runs (the steps a fast loop
+        made before that poll, the start of its curve)."""
+        keys = [k for k in (self.model.series if keys is None else keys) if k in self._step_plots]
         if not keys:
             return
         history = self.source.history(keys, 2 * self.model.max_points)
@@ -206,6 +210,10 @@ class JobDashboard(widgets.VBox):
         new = self.model.update(snap)
         with self.hold_sync():
             self._render_plots(new)
+            first = [k for k in new if k in self._step_plots and k not in self._backfilled]
+            self._backfilled.update(first)
+            if first and not self.model.finished:  # an ended run is re-read below
+                self._reread_history(first)
             self._render_text()
         if self.model.finished:
             if not self._complete:
@@ -322,13 +330,14 @@ class JobDashboard(widgets.VBox):
                 self._system.line("throughput", points, f"throughput ({unit})", _STEP_AXIS)
                 self._step_plots[key] = (self._system, "throughput")
             elif (title := layout.cost_plot(key)) is not None:
-                self._cost.line(key, points, title, _STEP_AXIS)
+                self._cost.line(key, points, title, _RUNNING_AXIS)
                 self._cost_box.layout.display = None
         rows = self.model.step_split(after=self._split_after)
         if rows:
             plot_id, title = layout.STEP_SPLIT
+            in_ms = [(step, *(1000 * s for s in parts)) for step, *parts in rows]
             self._system.stacked(
-                plot_id, rows, ("compute", "data wait", "communication"), title, _STEP_AXIS
+                plot_id, in_ms, ("compute", "data wait", "communication"), title, _STEP_AXIS
             )
             self._split_after = rows[-1][0]
 
