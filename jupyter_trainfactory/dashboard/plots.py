@@ -168,13 +168,13 @@ class PlotGrid:
 
         if len(lines) < 2:
             return
-        items = [LegendItem(label=name, renderers=[r]) for name, r in lines]
+        items = [LegendItem(label=name, renderers=[r]) for name, r in lines[-2:]]
         if len(lines) == 2:
             legend = Legend(items=items)
             fig.add_layout(legend, "right")
             _style(legend)
-        else:
-            fig.legend[0].items = items  # a new list: the browser's copy follows
+        else:  # a new list, so that the browser's copy follows
+            fig.legend[0].items = [*fig.legend[0].items, items[-1]]
 
     def stacked(
         self,

@@ -93,7 +93,6 @@ class JobDashboard(widgets.VBox):
         self._split_after: int | None = None
         self._step_plots: dict[str, tuple[PlotGrid, str]] = {}  # key -> its plot
         self._complete = False  # the plots hold the ended run's whole history
-        self._backfilled: set[str] = set()  # step series whose start was read from history
         self._t0: float | None = None
         self._lock = threading.RLock()
         self._ended = threading.Event()
@@ -182,7 +181,6 @@ class JobDashboard(widgets.VBox):
                         **{k: list(v) for k, v in self.model.timeseries.items()},
                     }
                 )
-                self._backfilled.update(self._step_plots)
             self._apply(snap)
 
     def _reread_history(self, keys: list[str] | None = None) -> None:
@@ -209,9 +207,9 @@ class JobDashboard(widgets.VBox):
     def _apply(self, snap: Snapshot) -> None:
         new = self.model.update(snap)
         with self.hold_sync():
+            drawn = set(self._step_plots)
             self._render_plots(new)
-            first = [k for k in new if k in self._step_plots and k not in self._backfilled]
-            self._backfilled.update(first)
+            first = [k for k in self._step_plots if k not in drawn]  # plots drawn just now
             if first and not self.model.finished:  # an ended run is re-read below
                 self._reread_history(first)
             self._render_text()
