@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -210,9 +211,15 @@ def test_costs_by_owner_totals_equal_the_sum_of_rows(digits_job, manager, tmp_pa
     assert code == 0 and "totals by project:" in out and "vision" in out
 
 
-@pytest.mark.timeout(300)
-def test_secrets_never_reach_mlflow(digits_job, manager, mlflow_client):
-    pip_url = f"https://builder:{PIP_PASSWORD}@packages.example.invalid/simple/demo-1.0.whl"
+@pytest.fixture(scope="module", autouse=True)
+def pip_job(manager):
+    """A job whose --pip URL carries a password; its pip install cannot succeed (127.0.0.1,
+    port 9). Launched first and stopped at once, it is not over at once: Ray builds its
+    runtime environment (a clone of this virtual environment, then pip; three tries, about
+    150 s here) before it can end the job, and a stop does not cancel that (CI once: still
+    PENDING 60 s after the module, launched last). So it is launched before the module's
+    other tests, and the module waits for its Ray job to end."""
+    pip_url = f"https://builder:{PIP_PASSWORD}@127.0.0.1:9/simple/demo-1.0-py3-none-any.whl"
     job = launch(
         train_fns.short_loop,
         workers=1,
@@ -221,11 +228,20 @@ def test_secrets_never_reach_mlflow(digits_job, manager, mlflow_client):
         pip=[pip_url],
     )
     job.stop(now=True)
+    yield job
+    deadline = time.monotonic() + 300
+    while not manager.jobs_client.get_job_status(f"{job.id}-0").is_terminal():
+        assert time.monotonic() < deadline, f"{job.id}'s runtime environment is still being built"
+        time.sleep(2)
+
+
+@pytest.mark.timeout(300)
+def test_secrets_never_reach_mlflow(digits_job, pip_job, mlflow_client):
     run = mlflow_client.get_run(digits_job.run_id)
     assert run.data.params["config.key_dim"] == "64"  # not a credential
     assert run.data.params["config.api_token"] == "***"
-    pip_param = mlflow_client.get_run(job.run_id).data.params["pip"]
-    assert "builder:***@packages.example.invalid" in pip_param
+    pip_param = mlflow_client.get_run(pip_job.run_id).data.params["pip"]
+    assert "builder:***@127.0.0.1:9" in pip_param
     redacted = json.loads(run.data.tags[TAG.REDACTED])
     assert "config.api_token" in redacted and "spec.env.HF_TOKEN" in redacted
     home = state_dir() / "mlflow"
