@@ -1,4 +1,5 @@
 # The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# `make check` is a contributor's loop after every edit: lint and the tests that start nothing.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,12 +9,12 @@ PANEL_SRC := labextension/package.json labextension/yarn.lock $(wildcard labexte
 UI_STAMP  := labextension/ui-tests/node_modules/.installed-stamp
 JLPM      := PATH="$(CURDIR)/$(BIN):$$PATH" $(CURDIR)/$(BIN)/jlpm
 CHROMIUM  := /usr/bin/chromium
-# The wheel binder/postBuild's check installs (tests/test_binder.py).
+# The wheel binder/postBuild's check installs (tests/package/test_binder.py).
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 WHEEL     := dist/jupyter_trainfactory-$(VERSION)-py3-none-any.whl
 WHEEL_SRC := $(shell find jupyter_trainfactory ray_backend jupyter-config -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: install demo test lint lab clean
+.PHONY: install demo test check lint lab clean
 
 # torch first, pinned: the CPU build on local disk (an unpinned torch pulls a CUDA build).
 # The editable install builds the side panel with Node and jlpm (hatch-jupyter-builder).
@@ -50,14 +51,23 @@ demo: $(STAMP)
 	$(BIN)/python examples/run_notebook.py examples/tiny_gpt.ipynb
 	@echo "The local Ray head and MLflow server keep running; stop them with: $(BIN)/jupyter trainfactory services stop"
 
-lint: install
-	$(BIN)/ruff check jupyter_trainfactory ray_backend tests examples benchmarks
-	$(BIN)/ruff format --check jupyter_trainfactory ray_backend tests examples benchmarks
+LINTED := jupyter_trainfactory ray_backend tests examples benchmarks
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	cd labextension && $(JLPM) lint:check
+
+# The tiers (tests/README.md): tests/unit starts nothing and runs on every CPU (pytest-xdist);
+# tests/package, tests/jobs and tests/browser share one Ray head and MLflow server, in turn.
+PYTEST := PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest
+check: lint
+	cd labextension && $(JLPM) test --silent
+	$(PYTEST) tests/unit -n auto -q --durations=10
 
 test: install lint $(WHEEL)
 	cd labextension && $(JLPM) test
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest
+	$(PYTEST) tests/unit -n auto -q --durations=10
+	$(PYTEST) tests/package tests/jobs tests/browser
 
 # LAB_ARGS: more JupyterLab options, e.g. LAB_ARGS="--no-browser --ip 0.0.0.0 --port 8888"
 # on a remote or headless machine.

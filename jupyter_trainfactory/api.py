@@ -137,7 +137,7 @@ def launch(
 
 
 #: launch's parameters that are JobSpec fields, passed on as they are (``config`` is copied);
-#: ``tests/test_spec.py`` checks that every field a user sets is one, with its default.
+#: ``tests/unit/test_spec.py`` checks that every field a user sets is one, with its default.
 _SPEC_PARAMETERS = tuple(
     name
     for name in inspect.signature(launch).parameters

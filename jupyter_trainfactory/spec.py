@@ -4,7 +4,7 @@ Its fields are the one table of a job's options: each field a user sets carries 
 ``launch`` option (flags, argparse keywords and help: :class:`Option`, in the field's
 metadata), from which the ``%train launch`` / ``jupyter trainfactory launch`` parser and
 ``arguments.spec_from_args`` are generated; ``api.launch`` is checked against the fields
-(``tests/test_spec.py``). Validation has two steps: :meth:`JobSpec.check` needs nothing
+(``tests/unit/test_spec.py``). Validation has two steps: :meth:`JobSpec.check` needs nothing
 but the values and runs on the cluster too (:meth:`JobSpec.from_dict`, in the job's
 driver); :meth:`JobSpec.check_local` needs the launching machine (the working directory,
 the price catalog file).

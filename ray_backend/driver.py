@@ -498,7 +498,7 @@ def exit_driver(code: int) -> None:
     ("The core worker has already been shutdown ... The process will exit"), which Ray
     Jobs reports as a FAILED job though the stop went as asked. Measured with a driver
     whose thread waits in ``ray.get``: 6 of 12 ``sys.exit(0)`` ended with code 1, 0 of 12
-    with this function (seen once in CI, ``tests/test_stop.py``; Ray's side:
+    with this function (seen once in CI, ``tests/jobs/test_stop.py``; Ray's side:
     ray-project/ray#47864). With that thread alive the driver flushes its output and
     leaves by ``os._exit``; Ray ends the controller, workers and recorder the driver owns
     as on any driver exit. Without it, a normal ``sys.exit``. Either way the job's

@@ -1,6 +1,6 @@
 """A real JupyterLab server and the Galata/Playwright run against it (Debian's chromium).
 
-Shared by the browser tests (tests/test_panel_browser.py, tests/test_dashboard_browser.py):
+Shared by the browser tests (tests/browser/test_panel_browser.py, tests/browser/test_dashboard_browser.py):
 the server is started from the test's virtual environment on a free port, with Galata's
 test settings (labextension/ui-tests/jupyter_server_test_config.py), over the same Ray
 head and MLflow server as the test session.

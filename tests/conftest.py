@@ -1,17 +1,136 @@
-"""One set of embedded services (Ray head + MLflow server) per test session.
+"""The test tiers, and one set of embedded services (Ray head + MLflow server) per session.
+
+The tree says where a test runs (tests/README.md):
+
+- ``tests/unit/``: no Ray, no MLflow server, no browser; ``make check`` runs them in
+  parallel after every edit. A test here that asks for the services, or starts a Ray head,
+  an MLflow server, ``ray.init`` or JupyterLab, fails with a sentence naming its tier.
+- ``tests/package/``: the built wheel and binder/ (needs ``make test``'s wheel).
+- ``tests/jobs/``: the real services: the session's Ray head and MLflow server, real jobs.
+- ``tests/browser/``: a real JupyterLab and Debian's chromium, over the same services.
 
 ``TRAINFACTORY_HOME`` points at a temporary directory unless the caller set one
-(.ci/run does); services the session started are stopped at the end, by pid.
+(.ci/run does); services the session started are stopped at the end, by pid. Each
+pytest-xdist worker gets a directory of its own under it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TRAINFACTORY_HOME", tempfile.mkdtemp(prefix="tf-test-", dir="/tmp"))
+if os.environ.get("PYTEST_XDIST_WORKER"):  # workers share the parent's variable: split it
+    _home = Path(os.environ["TRAINFACTORY_HOME"]) / os.environ["PYTEST_XDIST_WORKER"]
+    _home.mkdir(parents=True, exist_ok=True)
+    os.environ["TRAINFACTORY_HOME"] = str(_home)
+
+TESTS = Path(__file__).resolve().parent
+#: tier -> what its tests may start (the sentence a misplaced test fails with)
+TIERS = {
+    "unit": "nothing: no Ray, no MLflow server, no browser",
+    "package": "the built wheel in a new virtual environment",
+    "jobs": "the session's Ray head and MLflow server, and real jobs on them",
+    "browser": "JupyterLab and Debian's chromium, over the session's services",
+}
+#: Fixtures that start the session's services.
+SERVICE_FIXTURES = ("services", "manager", "mlflow_client")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the name of its directory under tests/, if one of TIERS."""
+    try:
+        first = Path(path).resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test carries its tier as a marker (``pytest -m unit``); a test outside the four
+    tier directories is refused, so that none runs in no tier."""
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            raise pytest.UsageError(
+                f"{item.nodeid} is outside the test tiers: put it under one of "
+                + ", ".join(f"tests/{t}/" for t in TIERS)
+                + " (tests/conftest.py says what each may start)."
+            )
+        item.add_marker(getattr(pytest.mark, tier))
+
+
+class TierError(AssertionError):
+    """A test started what its tier does not allow."""
+
+
+def _refuse(what: str, nodeid: str):
+    def refused(*args, **kwargs):
+        raise TierError(
+            f"{nodeid} starts {what}, which tests/unit/ does not allow: move it to "
+            f"tests/jobs/ ({TIERS['jobs']})."
+        )
+
+    return refused
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test in tests/unit/ that asks for the session's services fails before they start."""
+    if tier_of(item.path) != "unit":
+        return
+    asked = [f for f in SERVICE_FIXTURES if f in item.fixturenames]
+    if asked:
+        pytest.fail(
+            f"{item.nodeid} asks for {asked[0]!r} (the session's Ray head and MLflow server), "
+            f"which tests/unit/ does not allow: move it to tests/jobs/ ({TIERS['jobs']}).",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_nothing(request, monkeypatch):
+    """In tests/unit/, a Ray head, an MLflow server, ``ray.init`` or JupyterLab started by any
+    path raises :class:`TierError`."""
+    if tier_of(request.node.path) != "unit":
+        return
+    import ray
+
+    from jupyter_trainfactory import services
+
+    nodeid = request.node.nodeid
+    monkeypatch.setattr(services, "_spawn", _refuse("a Ray head or an MLflow server", nodeid))
+    monkeypatch.setattr(ray, "init", _refuse("Ray (ray.init)", nodeid))
+    if "browser" in sys.modules:
+        monkeypatch.setattr(sys.modules["browser"], "jupyter_lab", _refuse("JupyterLab", nodeid))
+        return
+    asked = [f for f in SERVICE_FIXTURES if f in request.fixturenames]
+    if asked:
+        pytest.fail(
+            f"{request.node.nodeid} asks for {asked[0]!r} (the session's Ray head and MLflow "
+            f"server), which tests/unit/ does not allow: move it to tests/jobs/.",
+            pytrace=False,
+        )
+    from jupyter_trainfactory import services
+
+    monkeypatch.setattr(
+        services, "_spawn", _refuse("a Ray head or an MLflow server", request.node.nodeid)
+    )
+    if "ray" in sys.modules:
+        monkeypatch.setattr(
+            sys.modules["ray"], "init", _refuse("Ray (ray.init)", request.node.nodeid)
+        )
+    if "browser" in sys.modules:
+        monkeypatch.setattr(
+            sys.modules["browser"], "jupyter_lab", _refuse("JupyterLab", request.node.nodeid)
+        )
+    yield
+
+
 # The jobs poll their reports as a user's do (payload.REPORT_POLL_INTERVAL_S), unless the
 # one who runs the tests sets RAY_TRAIN_HEALTH_CHECK_INTERVAL_S.
 

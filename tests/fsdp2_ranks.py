@@ -1,4 +1,4 @@
-"""One of two gloo ranks for tests/test_session.py: an FSDP2 model trained 2 steps under
+"""One of two gloo ranks for tests/unit/test_session.py: an FSDP2 model trained 2 steps under
 ``ray_backend.collectives``' timing; prints ``{"n_params", "counters", "undone"}`` as JSON.
 
 Usage: ``python tests/fsdp2_ranks.py RANK PORT``.

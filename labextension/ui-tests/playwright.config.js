@@ -1,6 +1,6 @@
 /**
  * Galata/Playwright configuration: Debian's chromium, no video or trace. The JupyterLab
- * server is started by tests/test_panel_browser.py, which passes its URL in TARGET_URL.
+ * server is started by tests/browser/test_panel_browser.py, which passes its URL in TARGET_URL.
  */
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 

@@ -4,7 +4,7 @@ import { expectLiveDashboard, runByKeyboard } from './dashboard-helpers';
 
 /**
  * The job dashboard on Notebook 7's own page (not JupyterLab: plain Playwright, no Galata).
- * tests/test_dashboard_browser.py writes dashboard-nb7.ipynb into the server's root: cell 0
+ * tests/browser/test_dashboard_browser.py writes dashboard-nb7.ipynb into the server's root: cell 0
  * defines `falling_loss` and `config`, cell 1 launches it.
  */
 test('the dashboard draws live offline in Notebook 7', async ({

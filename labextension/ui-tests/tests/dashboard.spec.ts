@@ -10,14 +10,14 @@ import {
 } from './dashboard-helpers';
 
 /**
- * The job dashboard in a real browser, as a user sees it. tests/test_dashboard_browser.py
+ * The job dashboard in a real browser, as a user sees it. tests/browser/test_dashboard_browser.py
  * writes the notebooks into the server's root and starts the server; no CDN is reachable.
  *
  * dashboard-lab.ipynb: 0 defines `falling_loss` and `config`, 1 launches it, 2 waits for
  * it, 3 attaches to it again, 4 shows the reliability report of its experiment.
  */
 const LAB_NOTEBOOK = 'dashboard-lab.ipynb';
-/** Where tests/test_dashboard_browser.py wrote them; each test uploads its own copy. */
+/** Where tests/browser/test_dashboard_browser.py wrote them; each test uploads its own copy. */
 const SOURCES = process.env.TF_NOTEBOOKS ?? '.';
 
 /** A new page of `context` with JupyterLab open on `notebook` (a path on the server). */
@@ -46,7 +46,7 @@ async function upload(
   return target;
 }
 
-// the notebooks stay on the server: tests/test_dashboard_browser.py reads the saved one
+// the notebooks stay on the server: tests/browser/test_dashboard_browser.py reads the saved one
 test.use({ serverFiles: 'on' });
 
 test.describe('job dashboard in JupyterLab', () => {

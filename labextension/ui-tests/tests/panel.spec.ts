@@ -1,7 +1,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { Locator, Page } from '@playwright/test';
 
-/** The job tests/test_panel_browser.py launched before starting this server. */
+/** The job tests/browser/test_panel_browser.py launched before starting this server. */
 const JOB = process.env.TF_JOB_ID ?? '';
 /** A second job it launched once the first ran: PENDING, short of the first's CPUs. */
 const WAITING = process.env.TF_WAITING_JOB_ID ?? '';

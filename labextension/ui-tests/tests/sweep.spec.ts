@@ -3,7 +3,7 @@ import { expect, test } from '@playwright/test';
 import { runByKeyboard } from './dashboard-helpers';
 
 /**
- * A sweep's leaderboard in JupyterLab, as a user sees it. tests/test_dashboard_browser.py
+ * A sweep's leaderboard in JupyterLab, as a user sees it. tests/browser/test_dashboard_browser.py
  * writes sweep-lab.ipynb into the server's root: cell 0 defines `falling_loss`, cell 1
  * starts a two-trial sweep over its learning rate, cell 2 waits for it, cell 3 attaches.
  */

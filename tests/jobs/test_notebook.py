@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def _run_notebook(name: str) -> subprocess.CompletedProcess:

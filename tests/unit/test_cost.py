@@ -30,7 +30,7 @@ def _steps(first_step, first_end, n, duration=1.0, wait=0.1):
 
 
 def _one_failure():
-    """tests/test_goodput.py's timeline: workers from 10, failure at 37.5, restart at 45."""
+    """tests/unit/test_goodput.py's timeline: workers from 10, failure at 37.5, restart at 45."""
     steps = _steps(1, 21, 10) + _steps(11, 33, 5) + _steps(11, 56, 10)
     attempts = [Attempt(10.0, failed_at=37.5), Attempt(45.0)]
     return account(0.0, 70.0, attempts, steps, [CheckpointSave(30.0, 32.0, 10)])

@@ -1,54 +1,16 @@
-"""The embedded default: one Ray head and one MLflow server, reused, stopped only by pid."""
+"""Starting and stopping the embedded services' processes, without starting them: the Ray
+head's command line, a start failure's sentence, and a stop that ends what a service left
+behind (the services themselves: tests/jobs/test_services.py)."""
 
 import contextlib
-import os
-import stat
 import subprocess
 import sys
 import time
-import urllib.request
 
 import psutil
 import pytest
 
 from jupyter_trainfactory import services as svc
-
-
-def test_services_run_and_are_reused(services):
-    assert services.processes["ray"].alive() and services.processes["mlflow"].alive()
-    token = services.token_path
-    assert stat.S_IMODE(os.stat(token).st_mode) == 0o600
-    assert os.environ["RAY_AUTH_TOKEN_PATH"] == token and os.environ["RAY_AUTH_MODE"] == "token"
-    assert len(str(svc._ray_temp_dir(svc.state_dir()))) <= svc._MAX_RAY_TEMP_DIR
-    again = svc.ensure_services()  # a second caller reuses them
-    assert {n: p.pid for n, p in again.processes.items()} == {
-        n: p.pid for n, p in services.processes.items()
-    }
-    with urllib.request.urlopen(f"{services.tracking_uri}/health", timeout=5) as resp:
-        assert resp.status == 200
-
-
-def test_dashboard_requires_the_token(services):
-    with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(f"{services.dashboard_url}/api/jobs/", timeout=5)
-    assert err.value.code in (401, 403)
-
-
-def test_sqlite_is_in_wal_mode(services):
-    import sqlite3
-
-    db = svc.state_dir() / "mlflow" / "mlflow.db"
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-
-
-def test_stop_checks_the_process_start_time(services):
-    ray = services.processes["ray"]
-    impostor = svc.ServiceProcess("ray", ray.pid, ray.create_time + 12.5, ray.url, ray.log)
-    assert not impostor.alive()  # same pid, other start time: another process
-    assert svc._terminate(impostor) is False
-    assert psutil.pid_exists(ray.pid) and ray.alive()
-
 
 #: A "service" whose child ignores SIGTERM and outlives it, as Ray's RuntimeEnvAgent does.
 _SERVICE_WITH_A_STUBBORN_CHILD = """
@@ -57,6 +19,17 @@ child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); tim
 subprocess.Popen([sys.executable, "-c", child])
 time.sleep(600)
 """
+
+
+@pytest.fixture
+def _no_temp_dir(monkeypatch, tmp_path):
+    """The argv tests create no Ray temp directory under /tmp."""
+    monkeypatch.setattr(svc, "_ray_temp_dir", lambda home: tmp_path / "ray")
+
+
+def _head_argv(tmp_path, **environ):
+    ports = {"--metrics-export-port": 6005}
+    return svc._ray_head_argv(tmp_path, 6001, 6002, ports, environ)
 
 
 def test_stop_ends_what_the_service_left_behind():
@@ -74,24 +47,6 @@ def test_stop_ends_what_the_service_left_behind():
         parent.kill()  # a no-op once it has exited
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
-
-
-def test_describe_lists_urls_and_pids(services):
-    rows = {r["service"]: r for r in svc.describe()}
-    assert rows["Ray head"]["state"] == "running"
-    assert rows["Ray head"]["pid"] == str(services.processes["ray"].pid)
-    assert rows["MLflow server"]["ui"] == services.tracking_uri
-
-
-@pytest.fixture
-def _no_temp_dir(monkeypatch, tmp_path):
-    """The argv tests create no Ray temp directory under /tmp."""
-    monkeypatch.setattr(svc, "_ray_temp_dir", lambda home: tmp_path / "ray")
-
-
-def _head_argv(tmp_path, **environ):
-    ports = {"--metrics-export-port": 6005}
-    return svc._ray_head_argv(tmp_path, 6001, 6002, ports, environ)
 
 
 @pytest.mark.usefixtures("_no_temp_dir")

@@ -246,7 +246,7 @@ def test_goodput_and_failures_in_the_header(run):
 
 
 def _two_failure_timeline():
-    """The timeline of tests/test_goodput.py's two failures (the second a preemption)."""
+    """The timeline of tests/unit/test_goodput.py's two failures (the second a preemption)."""
     steps = [Step(float(e), s, 1.0) for s, e in enumerate([11, 12, 13, 14, 25, 26], start=1)]
     steps += [Step(float(35 + k), 4 + k, 1.0) for k in range(1, 5)]
     steps += [Step(float(52 + k), 4 + k, 1.0, 0.5) for k in range(1, 7)]

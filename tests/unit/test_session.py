@@ -304,7 +304,7 @@ def test_fsdp2_collectives_are_timed_and_the_unsharded_model_counted():
 
     from jupyter_trainfactory.services import _free_port
 
-    script = Path(__file__).with_name("fsdp2_ranks.py")
+    script = Path(__file__).parents[1] / "fsdp2_ranks.py"
     port = str(_free_port())
     ranks = [
         subprocess.Popen([sys.executable, str(script), str(r), port], stdout=subprocess.PIPE)

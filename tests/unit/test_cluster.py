@@ -22,7 +22,7 @@ from jupyter_trainfactory.cluster import (
 )
 from jupyter_trainfactory.spec import JobSpec, SpecError
 
-DATA = Path(__file__).parent / "data" / "clusters"
+DATA = Path(__file__).parents[1] / "data" / "clusters"
 HERE = {"127.0.0.1", "::1", "192.0.2.2"}  # this machine's addresses, as the checks see them
 
 

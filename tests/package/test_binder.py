@@ -21,7 +21,7 @@ import yaml
 
 from jupyter_trainfactory import services as svc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BINDER = ROOT / "binder"
 SHARED = Path(sysconfig.get_path("purelib"))  # the project's environment, dependencies installed
 

@@ -9,7 +9,7 @@ from nbclient import NotebookClient
 from nbclient.util import run_sync
 from nbformat.v4 import new_code_cell, new_notebook
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 STEPS = 200
 
 
