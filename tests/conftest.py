@@ -107,28 +107,6 @@ def _unit_tests_start_nothing(request, monkeypatch):
     monkeypatch.setattr(ray, "init", _refuse("Ray (ray.init)", nodeid))
     if "browser" in sys.modules:
         monkeypatch.setattr(sys.modules["browser"], "jupyter_lab", _refuse("JupyterLab", nodeid))
-        return
-    asked = [f for f in SERVICE_FIXTURES if f in request.fixturenames]
-    if asked:
-        pytest.fail(
-            f"{request.node.nodeid} asks for {asked[0]!r} (the session's Ray head and MLflow "
-            f"server), which tests/unit/ does not allow: move it to tests/jobs/.",
-            pytrace=False,
-        )
-    from jupyter_trainfactory import services
-
-    monkeypatch.setattr(
-        services, "_spawn", _refuse("a Ray head or an MLflow server", request.node.nodeid)
-    )
-    if "ray" in sys.modules:
-        monkeypatch.setattr(
-            sys.modules["ray"], "init", _refuse("Ray (ray.init)", request.node.nodeid)
-        )
-    if "browser" in sys.modules:
-        monkeypatch.setattr(
-            sys.modules["browser"], "jupyter_lab", _refuse("JupyterLab", request.node.nodeid)
-        )
-    yield
 
 
 # The jobs poll their reports as a user's do (payload.REPORT_POLL_INTERVAL_S), unless the

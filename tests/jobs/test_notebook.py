@@ -10,8 +10,9 @@ import pytest
 ROOT = Path(__file__).parents[2]
 
 
-def _run_notebook(name: str) -> subprocess.CompletedProcess:
-    """``examples/run_notebook.py examples/NAME`` in a real kernel; fails the test if a cell raises."""
+def _run_notebook(name: str, *settings: str) -> subprocess.CompletedProcess:
+    """``examples/run_notebook.py examples/NAME`` in a real kernel; fails the test if a cell
+    raises. ``settings``: ``NAME=VALUE`` overrides of its parameters cell (``--set``)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -19,6 +20,7 @@ def _run_notebook(name: str) -> subprocess.CompletedProcess:
             str(ROOT / "examples" / name),
             "--timeout",
             "500",
+            *(arg for setting in settings for arg in ("--set", setting)),
         ],
         capture_output=True,
         text=True,
@@ -55,8 +57,10 @@ def test_quickstart_notebook_reaches_090(services):
 def test_tiny_gpt_notebook_beats_the_unigram_entropy(services):
     """examples/tiny_gpt.ipynb: its last cell asserts, from the MLflow run, that the
     validation loss ends below the unigram entropy, that every step was logged once, and
-    that tokens/s, allreduce time and checkpoint bandwidth were recorded."""
-    result = _run_notebook("tiny_gpt.ipynb")
+    that tokens/s, allreduce time and checkpoint bandwidth were recorded. 35 s of training
+    instead of the notebook's 75 (its claim holds with room: 2.12 against an entropy of
+    3.11 nats/char at 35 s, 2026-12-07)."""
+    result = _run_notebook("tiny_gpt.ipynb", "time_budget_s=35.0")
     assert ": SUCCEEDED," in result.stdout
     final, entropy = result.stdout.split("-> ")[1].split(
         " nats/char (unigram entropy of the validation text: "

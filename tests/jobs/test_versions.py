@@ -214,11 +214,11 @@ def test_costs_by_owner_totals_equal_the_sum_of_rows(digits_job, manager, tmp_pa
 @pytest.fixture(scope="module", autouse=True)
 def pip_job(manager):
     """A job whose --pip URL carries a password; its pip install cannot succeed (127.0.0.1,
-    port 9). Launched first and stopped at once, it is not over at once: Ray builds its
-    runtime environment (a clone of this virtual environment, then pip; three tries, about
-    150 s here) before it can end the job, and a stop does not cancel that (CI once: still
-    PENDING 60 s after the module, launched last). So it is launched before the module's
-    other tests, and the module waits for its Ray job to end."""
+    port 9), so the job fails once Ray has tried to build its runtime environment (a clone
+    of this virtual environment, then pip; three tries, about 150 s here). A stop does not
+    cancel that build (CI once: still PENDING 60 s after the module, launched last and
+    stopped), so it is launched before the module's other tests, runs beside them, and the
+    module waits for its Ray job to end."""
     pip_url = f"https://builder:{PIP_PASSWORD}@127.0.0.1:9/simple/demo-1.0-py3-none-any.whl"
     job = launch(
         train_fns.short_loop,
@@ -227,7 +227,6 @@ def pip_job(manager):
         experiment=EXPERIMENT,
         pip=[pip_url],
     )
-    job.stop(now=True)
     yield job
     deadline = time.monotonic() + 300
     while not manager.jobs_client.get_job_status(f"{job.id}-0").is_terminal():
