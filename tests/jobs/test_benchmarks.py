@@ -1,9 +1,8 @@
 """The benchmarks still run, each once in its short mode: it prints its ratio (its value
-is the full run's business, not a test's). dashboard_memory needs no services,
-reliability_report starts its own MLflow server (no Ray); the others run their jobs on the
-test session's cluster."""
+is the full run's business, not a test's). reliability_report starts its own MLflow server
+(no Ray); the others run their jobs on the test session's cluster. dashboard_memory needs
+no services: tests/unit/test_benchmark_dashboard_memory.py."""
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -12,13 +11,6 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(name: str, *args: str) -> list[str]:
