@@ -251,6 +251,11 @@ def test_a_driver_releases_the_placement_groups_its_job_left_before_it_exits(ser
     from jupyter_trainfactory.holders import read_holdings, state_lister
     from ray_backend.driver import release_groups
 
+    # An earlier test of this session leaves Ray initialized in the pytest process (seen in
+    # the first fresh-clone run with the tiers, 2026-12-07; which test is still to be found):
+    # this test's case is a driver of its own, so it starts from none.
+    if ray.is_initialized():
+        ray.shutdown()
     assert release_groups() == []  # no Ray in this process: nothing to release
     with pytest.MonkeyPatch.context() as mp:
         for key, value in services.client_env().items():
