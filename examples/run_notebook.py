@@ -66,9 +66,7 @@ def inject(nb: nbformat.NotebookNode, values: dict[str, object]) -> None:
     nb.cells.insert(index + 1, cell)
 
 
-def run(path: Path, timeout: int, values: dict[str, object] | None = None) -> nbformat.NotebookNode:
-    nb = nbformat.read(path, as_version=4)
-    inject(nb, values or {})
+def run(nb: nbformat.NotebookNode, path: Path, timeout: int) -> nbformat.NotebookNode:
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -96,11 +94,14 @@ def main() -> int:
         help="override a variable of the cell tagged 'parameters' (a Python literal)",
     )
     args = parser.parse_args()
-    started = time.time()
-    try:
-        nb = run(args.notebook, args.timeout, dict(args.set))
+    nb = nbformat.read(args.notebook, as_version=4)
+    try:  # before any cell runs; an error of a cell is not a usage error
+        inject(nb, dict(args.set))
     except ValueError as exc:
         parser.error(str(exc))
+    started = time.time()
+    try:
+        nb = run(nb, args.notebook, args.timeout)
     except CellExecutionError as exc:
         print(f"{args.notebook} failed:\n{exc}", file=sys.stderr)
         return 1
