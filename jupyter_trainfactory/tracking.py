@@ -239,6 +239,14 @@ def _describe(value: Any) -> str | None:
     return None
 
 
+def _builtin_number(value: bool | int | float) -> bool | int | float:
+    """``value`` as the builtin type it subclasses (``np.float64(0.5)`` -> ``0.5``)."""
+    for kind in (bool, int, float):
+        if isinstance(value, kind):
+            return value if type(value) is kind else kind(value)
+    return value
+
+
 def param_value(value: Any, limit: int = MAX_PARAM_VALUE) -> str:
     """The text MLflow records for one config value, at most ``limit`` characters.
 
@@ -252,6 +260,8 @@ def param_value(value: Any, limit: int = MAX_PARAM_VALUE) -> str:
     if isinstance(value, str):
         return fit_text(value, limit)
     if value is None or isinstance(value, (bool, int, float)):
+        # A subclass (np.float64 subclasses float) reprs as "np.float64(0.999)": its number
+        value = value if value is None else _builtin_number(value)
         try:
             return fit_text(repr(value), limit)
         except ValueError:  # an int over Python's 4,300-digit conversion limit

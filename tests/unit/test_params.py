@@ -100,6 +100,10 @@ def test_values_over_the_limit_or_not_text_are_described():
         "<torch.Tensor shape=(2, 3) dtype=torch.float32 sha256="
     )
     assert tracking.param_value(np.float32(1.5)) == "1.5"
+    # np.float64 and np.bool_/IntEnum-like subclasses of the builtins: their number, not repr
+    assert tracking.param_value(np.float64(0.999)) == "0.999"
+    assert tracking.param_value(np.int64(7)) == "7"
+    assert tracking.param_value(np.bool_(True)) == "True"
     assert tracking.param_value(torch.tensor(3)) == "3"
     assert tracking.param_value(np.mean) == "<function numpy.mean>"
     assert tracking.param_value(JobSpec) == "<class jupyter_trainfactory.spec.JobSpec>"
