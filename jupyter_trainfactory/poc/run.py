@@ -284,7 +284,6 @@ def poc(
         raise SpecError("--config goes with --fn: the reference workload takes none.")
     chosen: Thresholds | None = load(thresholds, set(CHECKS)) if thresholds else None
     accelerator = "gpu" if gpus_per_worker else "cpu"
-    health = _node_health(manager, progress)
     config = job_config(
         quick, accelerator, manager.storage or str(tempfile.gettempdir()), checkpoint_mb
     )
@@ -303,6 +302,8 @@ def poc(
         tracking_uri=tracking_uri,
         storage=storage,
     )
+    manager.check(spec)  # what the cluster cannot give, before the health check's job
+    health = _node_health(manager, progress)
     job = manager.submit(job_fn, spec)
     progress(
         f"job {job.id} (run {job.run_id}): compute, collectives, checkpoints, training, recovery"

@@ -272,6 +272,20 @@ def test_config_without_fn_is_one_sentence_and_submits_nothing():
         poc(Refuses(), fn="train")
 
 
+def test_resources_the_cluster_cannot_give_are_refused_before_any_job():
+    class NoGpus:  # check() refuses as a CPU cluster does; anything else is a job
+        storage = None
+
+        def check(self, spec):
+            raise SpecError(f"The cluster has no GPU for {spec.gpus_per_worker:g} per worker.")
+
+        def __getattr__(self, name):
+            raise AssertionError(f"went past the check: {name}")
+
+    with pytest.raises(SpecError, match="no GPU for 1 per worker"):
+        poc(NoGpus(), quick=True, gpus_per_worker=1, progress=lambda line: None)
+
+
 def test_a_node_is_named_by_ip_id_or_its_placement_label():
     from ray_backend.attempts import Attempts
 
