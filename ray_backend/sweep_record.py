@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -178,8 +179,12 @@ class SweepRecord:
             self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         for trial_id in left:  # their last cost counts in the sweep's
             self._read_cost(trial_id)
+            self._read_best(trial_id)
         self._log_counts()
         reason = "" if state == "SUCCEEDED" else state.lower()
+        if state == "SUCCEEDED" and self.best is not None:  # what status shows of it
+            index = trial_index(self.best[1])
+            reason = f"best {self.settings.metric} {self.best[0]:.4g} (trial {index})"
         if state == "STOPPED" and self.stop_request is not None:
             reason = self.stop_request[0]  # user, user-now, budget
         tags = {TAG.STATE: state, TAG.REASON: reason}
@@ -372,9 +377,7 @@ class SweepRecord:
     def result(self, trial, result: dict[str, Any]) -> None:
         """A trial's report: the best value so far on the parent; a report without the
         sweep's metric ends the search with one sentence (:attr:`error`)."""
-        from jupyter_trainfactory.tracking import TAG
-
-        metric, mode = self.settings.metric, self.settings.mode
+        metric = self.settings.metric
         if metric not in result:
             from ray.tune.result import AUTO_RESULT_KEYS
 
@@ -388,21 +391,51 @@ class SweepRecord:
             return
         if "checkpoint_path" in result:  # ReportsToTune: a report with a checkpoint
             self._checkpoints.setdefault(trial.trial_id, []).append(time.time())
-        value = float(result[metric])
         self._results += 1
-        better = self.best is None or (
+        self._offer_best(float(result[metric]), trial.trial_id, result.get("training_iteration"))
+
+    def _offer_best(self, value: float, trial_id: str, iteration: int | None) -> None:
+        """``value`` of the sweep's metric from trial ``trial_id`` (at report or step
+        ``iteration``): the parent's ``sweep/best`` and ``trainfactory.sweep.best`` when
+        it beats the best so far (``mode``); NaN and inf never do."""
+        from jupyter_trainfactory.tracking import TAG
+
+        if not math.isfinite(value):
+            return
+        mode = self.settings.mode
+        if self.best is not None and not (
             value < self.best[0] if mode == "min" else value > self.best[0]
-        )
-        if better:
-            self.best = (value, trial.trial_id)
-            self._log_parent({"sweep/best": value}, self._results)
-            best = {
-                "trial": trial_index(trial.trial_id),
-                "run_id": self.children.get(trial.trial_id, ""),
-                "value": value,
-                "iteration": result.get("training_iteration"),
-            }
-            self.client.set_tag(self.parent, TAG.SWEEP_BEST, json.dumps(best))
+        ):
+            return
+        self.best = (value, trial_id)
+        self._log_parent({"sweep/best": value}, self._results)
+        best = {
+            "trial": trial_index(trial_id),
+            "run_id": self.children.get(trial_id, ""),
+            "value": value,
+            "iteration": iteration,
+        }
+        self.client.set_tag(self.parent, TAG.SWEEP_BEST, json.dumps(best))
+
+    def _read_best(self, trial_id: str) -> None:
+        """The best of the metric as the trial's run holds it (a function that logs it
+        with ``trainfactory.log`` and reports nothing to Tune: the leaderboard's best),
+        offered to the parent (:meth:`_offer_best`, with the step as ``iteration``)."""
+        run_id = self.children.get(trial_id)
+        if not run_id:
+            return
+        try:
+            history = self.client.get_metric_history(run_id, self.settings.metric)
+        except Exception as exc:  # the tracking server away: the Tune reports' best stays
+            _log.warning(
+                "trial %s: its best %s was not read: %s", trial_id, self.settings.metric, exc
+            )
+            return
+        finite = [m for m in history if math.isfinite(m.value)]
+        if finite:
+            sign = 1 if self.settings.mode == "min" else -1
+            best = min(finite, key=lambda m: (sign * m.value, m.step))  # the first such step
+            self._offer_best(best.value, trial_id, best.step)
 
     def complete(self, trial) -> None:
         """Tune ended the trial without an error: its function returned (``done``:
@@ -480,6 +513,7 @@ class SweepRecord:
         finally:
             self._ray.kill(recorder)
         self._read_cost(trial_id)
+        self._read_best(trial_id)
         self._log_counts()
 
     def _read_cost(self, trial_id: str) -> None:

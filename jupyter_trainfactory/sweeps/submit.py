@@ -52,7 +52,11 @@ def sweep_kind(
         meta=meta,
         files={SPACE_FILE: space},
         tags=tags,
-        params=settings.params(),
+        # a swept key's config value is no trial's: the parent says where its values came from
+        params={
+            **settings.params(),
+            **{f"config.{name}": f"swept: {text}" for name, text in settings.space_text.items()},
+        },
         check=check,
     )
 

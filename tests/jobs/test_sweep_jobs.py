@@ -83,6 +83,8 @@ def test_a_sweep_is_one_parent_run_with_a_child_per_trial_and_asha_stops(shell, 
     assert metrics["cost/usd"] > 0
     # the sweep's run counts Tune's results, no training step: status shows none
     assert job.info().step is None and job.info().as_row()["step"] == "-"
+    assert job.info().as_row()["detail"].startswith("best val_loss 0.1333 (trial ")
+    assert parent.data.params["config.lr"] == "swept: grid([0.01, 0.01, 1.0, 1.0])"
     for key in ("cost/wasted_usd", "cost/accelerator_hours"):  # %train costs reads them
         total = sum(c.data.metrics.get(key, 0.0) for c in children)
         assert metrics.get(key, 0.0) == pytest.approx(total), key
