@@ -3,7 +3,9 @@
 A jupyter_bokeh view builds its BokehJS document from the widget's ``render_bundle``,
 which is fixed when the ``BokehModel`` is made; later changes reach a view only as patches
 to a view that already exists. So every figure is made with the points it has (history
-on attach), never empty and filled after, or the browser would show an empty frame.
+on attach), never empty and filled after, or the browser would show an empty frame; and a
+line added to a figure renews its bundle (the view redraws), or a view made later (a cell
+JupyterLab re-renders, a reload) would show the figure without it.
 """
 
 from __future__ import annotations
@@ -159,6 +161,8 @@ class PlotGrid:
         self.sources.setdefault(plot_id, {})[line] = cds
         if fresh:
             self._add(plot_id, fig)
+        else:  # a new line is a new model: a view made from the old bundle would lack it
+            self.views[plot_id].update_from_model(fig)
 
     @staticmethod
     def _legend_beside(fig, lines: list[tuple[str, object]]) -> None:

@@ -185,6 +185,10 @@ def test_the_board_keeps_a_static_summary_of_its_last_read(monkeypatch):
     figure = board.plots.figures["metric"]
     assert figure.legend[0] in figure.right and figure.legend[0] not in figure.center
     assert len(figure.legend[0].items) == 3  # a line per trial, beside the plot
+    # ... and in the bundle a view is made from (a cell re-rendered, a reload): a line
+    # that reached the browser only as a patch was missing from such a view
+    bundle = json.dumps(board.plots.views["metric"].render_bundle)
+    assert all(f'"trial {i}"' in bundle for i in range(3)), bundle[:300]
     assert repr(board).startswith("<live leaderboard of sweep tf-12345678")
     bundle = board.summary("when the sweep ended")
     text = bundle["text/html"]
