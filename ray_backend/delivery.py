@@ -151,9 +151,11 @@ class Delivery:
         return value, int(now * 1000)
 
     def continue_steps(self, last_steps: dict[str, int]) -> None:
-        """Every key's last step already in the run (a resume): those steps stay written once."""
-        self._last_step.update(last_steps)
-        self._floor.update(last_steps)
+        """Every key's last step already in the run (a resume): those steps stay written
+        once. Called again with a later read, a key keeps the higher step."""
+        for key, step in last_steps.items():
+            self._last_step[key] = max(self._last_step.get(key, -1), step)
+            self._floor[key] = max(self._floor.get(key, -1), step)
 
     def add_text(self, path: str, text: str) -> None:
         """Log ``text`` as the run's artifact ``path`` at the next flush."""

@@ -114,11 +114,16 @@ class WorkerBatch(TypedDict, total=False):
     worker: dict[str, Any]
     error: dict[str, str]
     restore: dict[str, Any]
+    write: bool  # before a checkpoint: the recorder writes what it holds, then replies
 
 
 class StopReply(TypedDict, total=False):
     """The recorder's reply to a batch: ``stop`` once a stop was requested, with ``at``,
-    the agreed stop point (None until every rank's count is in)."""
+    the agreed stop point (None until every rank's count is in); ``closed`` once the run
+    is closed (the job ends): the batch was not taken; ``written`` (to a batch with
+    ``write``): whether everything the recorder held, that batch included, is in MLflow."""
 
     stop: bool
     at: int | None
+    closed: bool
+    written: bool

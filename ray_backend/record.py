@@ -162,7 +162,11 @@ class JobRecord:
 
     def worker_batch(self, rank: int, batch: WorkerBatch, now: float) -> StopReply:
         """Decode rank ``rank``'s batch (``protocol.WorkerBatch``) into its parts; returns
-        the stop reply for the worker."""
+        the stop reply for the worker; once the job ended (:meth:`finish`) nothing is
+        taken: the run is closed, and the reply says so (a worker then reports no
+        checkpoint: ``session._hold_unless_recorded``)."""
+        if self.closed:
+            return StopReply(stop=False, closed=True)
         tags = self.delivery.tags
         self.attempts.seen(rank, now, batch.get("checks"))
         if "worker" in batch:

@@ -79,6 +79,7 @@ class RunRecorder:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(mlflow_timeout_s))
         self.run_id = run_id
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # one flush's MLflow requests at a time
         self._record = JobRecord(
             Delivery(client(tracking_uri), run_id, max_queued),
             DerivedNumbers(
@@ -97,6 +98,7 @@ class RunRecorder:
         self._derive_interval = derive_interval_s
         self._stop_polled = 0.0
         self._wake = threading.Event()  # set by finish(): the loops end without a last sleep
+        self._reread_at_start = resume > 0
         self._start(resume)
         self._flusher = threading.Thread(target=self._flush_loop, name="run-recorder", daemon=True)
         self._flusher.start()
@@ -123,9 +125,25 @@ class RunRecorder:
     def set_state(self, state: str, reason: str = "", line: str = "") -> None:
         """Record the job's state (``PENDING``, ``RUNNING``, ``RESTARTING``), its reason and,
         for ``PENDING``, the reason in a few words (``line``)."""
+        if state == "RUNNING" and self._reread_at_start:
+            self._reread_steps()
         now = time.time()
         with self._lock:
             self._record.set_state(state, reason, now, line)
+
+    def _reread_steps(self) -> None:
+        """A resume's first RUNNING: read the run's last steps again. The earlier
+        submission's recorder may still have written after this one read the run at its
+        start (a request in flight when ``stop --now`` killed it, seconds before these
+        workers started): its steps stay written once (issue 48: step 119 twice)."""
+        self._reread_at_start = False
+        try:
+            previous = read_previous(self.delivery.client.get_run(self.run_id))
+        except Exception as exc:  # tracking server away: the start's read stands
+            print(f"trainfactory: earlier submissions' steps not read again ({exc}).", flush=True)
+            return
+        with self._lock:
+            self.delivery.continue_steps(previous.last_steps)
 
     def pending_reason(self, reason: str, line: str = "") -> bool:
         """Say what a ``PENDING`` job waits for now (in full and in a few words); False
@@ -177,10 +195,22 @@ class RunRecorder:
         """Record one batch of a worker's telemetry (``protocol.WorkerBatch``).
 
         Returns ``{"stop": True, "at": ...}`` once a stop was requested (else
-        ``{"stop": False}``): the worker's ``trainfactory.should_stop()`` reads it."""
+        ``{"stop": False}``): the worker's ``trainfactory.should_stop()`` reads it. A
+        batch with ``write`` (sent before a checkpoint) is written to MLflow with all the
+        recorder holds before the reply (``written``): a job killed right after (``stop
+        --now``: Ray kills the driver, and this actor, 3 s after its SIGTERM) cannot
+        take with it the steps before a checkpoint that a resume restores."""
         now = time.time()
         with self._lock:
-            return self._record.worker_batch(rank, batch, now)
+            reply = self._record.worker_batch(rank, batch, now)
+        if batch.get("write") and not reply.get("closed"):
+            try:
+                self._write_points()
+                reply = {**reply, "written": True}
+            except Exception as exc:  # the tracking server away: the points stay queued
+                self.delivery.went_offline(exc)
+                reply = {**reply, "written": False}
+        return reply
 
     def node_metrics(self, values: dict[str, float], step: int, wall_time: float) -> None:
         """Record one node sample: keys ``system/<node>/...``; ``step`` = sample index."""
@@ -354,20 +384,27 @@ class RunRecorder:
 
         Points of a failed request, and all after it, go back to the front of their queue.
         """
-        with self._lock:
-            pending = self.delivery.take()
-        queued = len(pending)
-        try:
-            self.delivery.write(pending)
-        except Exception:
-            with self._lock:  # nothing is lost: put back what was not written
-                self.delivery.put_back(pending)
-            raise
-        with self._lock:
-            self.delivery.written()
+        queued = self._write_points()
         self.delivery.write_extras(models_budget_s)
         if self.delivery.offline:
             self.set_tags(self.delivery.back_online(queued))
+
+    def _write_points(self) -> int:
+        """Write the queued points and tags (a flush in flight ends first, so that after
+        this every point taken before the call is in MLflow); returns how many were
+        queued. Raises when a request fails, the points back at the front of the queue."""
+        with self._writing:
+            with self._lock:
+                pending = self.delivery.take()
+            try:
+                self.delivery.write(pending)
+            except Exception:
+                with self._lock:  # nothing is lost: put back what was not written
+                    self.delivery.put_back(pending)
+                raise
+            with self._lock:
+                self.delivery.written()
+        return len(pending)
 
     def finish(
         self,

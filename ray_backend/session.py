@@ -371,6 +371,43 @@ def _dir_bytes(path: str) -> int | None:
         return None
 
 
+#: How long a worker waits for the recorder to take its steps before a checkpoint.
+CONFIRM_WAIT_S = 60.0
+
+
+def _hold_unless_recorded(worker: WorkerTelemetry) -> None:
+    """Before a checkpoint goes to Ray: every step this worker logged up to it is in the
+    recorder, or the checkpoint never commits.
+
+    A restore from a checkpoint whose steps the run lacks loses them for good: they are
+    never run again. After ``stop --now`` the workers ran on for about a second and
+    reported a checkpoint that Ray Train kept, while the recorder, killed with the driver
+    3 s after its SIGTERM, took the steps before it along (issue 48: steps 98-111 missing
+    after the resume). So the worker waits until the recorder has written them to MLflow
+    (a few ms per checkpoint); when the record is closed or the recorder gone (the job
+    ends), the checkpoint is not reported and the worker waits to be ended with its job.
+    Without an answer in :data:`CONFIRM_WAIT_S` s, or with the tracking server away (the
+    recorder keeps the points), the report goes on, said in the log: training never waits
+    on the tracking server.
+    """
+    confirmed = worker.confirm(timeout=CONFIRM_WAIT_S)
+    if confirmed is None:
+        print(
+            "trainfactory: the steps before this checkpoint are not confirmed in MLflow"
+            f" (no answer in {CONFIRM_WAIT_S:.0f} s, or the tracking server is away);"
+            " reporting it anyway.",
+            flush=True,
+        )
+    if confirmed is False:
+        print(
+            "trainfactory: the job's record is closed (the job is ending); this checkpoint"
+            " is not reported, so no resume restores steps the run does not hold.",
+            flush=True,
+        )
+        while True:  # ended with the job: its driver is exiting
+            time.sleep(60)
+
+
 def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
     """Wrap ``ray.train.report``, ``ray.train.torch.prepare_model`` and the Lightning and
     Hugging Face ``prepare_trainer`` (``ray_backend.integrations``); returns the undo."""
@@ -393,11 +430,7 @@ def _patch_ray(worker: WorkerTelemetry) -> Callable[[], None]:
             worker.flush()
         if checkpoint is None:
             return report(metrics, checkpoint, *args, **kwargs)
-        if worker.steps:
-            # the steps logged up to this checkpoint leave before it can commit: a restart
-            # that restores it must not lose them with the killed group's buffers (a send,
-            # no wait: the commit waits for every rank's report and the controller's poll)
-            worker.flush()
+        _hold_unless_recorded(worker)
         nbytes = None
         if os.path.isdir(checkpoint.path):  # a local directory: give it a manifest
             from ray_backend.checkpoints import MANIFEST, write_manifest

@@ -252,20 +252,23 @@ class WorkerTelemetry:
             self._dirty = False
             return batch
 
-    def flush(self) -> Any:
+    def flush(self, force: bool = False, write: bool = False) -> Any:
         """Send what is buffered now; returns the send call's result (an ObjectRef).
 
-        Without new data, an empty batch still goes out every few seconds so that the
-        recorder's reply (a stop request) reaches a worker that logs nothing."""
+        Without new data, an empty batch still goes out every few seconds (at once with
+        ``force``) so that the recorder's reply (a stop request) reaches a worker that
+        logs nothing. ``write``: the recorder writes it to MLflow before it replies."""
         pending = self.stop_requested and self.stop_at is None
         if pending:
             with self._lock:
                 self._dirty = True  # the recorder waits for this rank's stop point count
         batch = self.batch()
-        if batch is None and time.time() - self._last_sent > 2.0:
+        if batch is None and (force or time.time() - self._last_sent > 2.0):
             batch = WorkerBatch()
         if batch is None or self._send is None:
             return None
+        if write:
+            batch["write"] = True
         self._last_sent = time.time()
         ref = self._send(self.rank, batch)
         if ref is not None:
@@ -284,6 +287,29 @@ class WorkerTelemetry:
 
         with contextlib.suppress(Exception):  # the recorder is gone: nothing to wait for
             ray.wait(pending, num_returns=len(pending), timeout=timeout)
+
+    def confirm(self, timeout: float = 60.0) -> bool | None:
+        """Send what is buffered and wait (up to ``timeout`` s) until the recorder wrote
+        it to MLflow: True when it did, with every earlier batch (Ray runs one caller's
+        calls to an actor in order); False when the job's record is closed or its recorder
+        is gone (the job ends: what was sent is not in the run); None without an answer
+        in time or when the tracking server is away (the points wait in the recorder).
+        Outside a job (no recorder to send to) True: nothing waits."""
+        ref = self.flush(force=True, write=True)
+        if ref is None:
+            return True
+        import ray
+
+        try:
+            reply = ray.get(ref, timeout=timeout) or {}
+        except ray.exceptions.GetTimeoutError:
+            return None
+        except Exception:  # the recorder died: with the driver, or the job is failing
+            return False
+        self.hear(reply)
+        if reply.get("closed"):
+            return False
+        return True if reply.get("written", True) else None
 
     def _read_replies(self) -> None:
         """Look at the recorder's replies that have arrived (never waits for one)."""

@@ -523,6 +523,28 @@ def test_a_report_that_overtakes_the_workers_batch_loses_no_step(store):
     assert loss == [(s, float(s)) for s in range(1, 11)]
 
 
+def test_a_checkpoints_steps_are_written_before_the_reply_and_refused_once_closed(store):
+    # stop --now: the run closes while the workers still step; what they send after is
+    # not in the run, and the worker must hear it (it then reports no checkpoint)
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    t = time.time()
+    assert rec.worker_batch(0, {"points": [("loss", 1.0, 1, t)]}) == {"stop": False}
+    assert client.get_metric_history(run_id, "loss") == []  # queued: flushed every hour
+    # before a checkpoint the worker asks for a write: its reply comes once it is in MLflow
+    reply = rec.worker_batch(0, {"points": [("loss", 0.5, 2, t)], "write": True})
+    assert reply == {"stop": False, "written": True}
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2]
+    rec.finish("KILLED", "STOPPED", reason="user-now")
+    assert rec.worker_batch(0, {"points": [("loss", 2.0, 3, t)], "write": True}) == {
+        "stop": False,
+        "closed": True,
+    }
+    assert rec.delivery.empty()
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2]
+
+
 def test_cost_is_metered_live_and_a_budget_asks_for_a_stop(store):
     from jupyter_trainfactory.telemetry.cost import EXAMPLE_CATALOG
     from ray_backend.costs import CostMeter

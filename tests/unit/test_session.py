@@ -321,3 +321,35 @@ def test_fsdp2_collectives_are_timed_and_the_unsharded_model_counted():
             counters["all_gather_s"] + counters["reduce_scatter_s"]
         )
         assert got["undone"]
+
+
+@pytest.mark.parametrize(("answer", "holds"), [(True, False), (None, False), (False, True)])
+def test_a_checkpoint_waits_for_the_recorder_and_is_held_when_the_record_closed(
+    monkeypatch, capsys, answer, holds
+):
+    # a checkpoint Ray keeps is what a resume restores: the steps before it must be in the
+    # run. A closed record (stop --now) or a dead recorder: the worker never reports it
+    class Worker:
+        waited = None
+
+        def confirm(self, timeout):
+            self.waited = timeout
+            return answer
+
+    class Ended(Exception):
+        pass
+
+    def sleep(seconds):
+        raise Ended  # the job's end, as the driver's exit brings it
+
+    monkeypatch.setattr(session.time, "sleep", sleep)
+    worker = Worker()
+    if holds:
+        with pytest.raises(Ended):
+            session._hold_unless_recorded(worker)
+        assert "this checkpoint is not reported" in capsys.readouterr().out
+    else:
+        session._hold_unless_recorded(worker)
+        said = capsys.readouterr().out
+        assert ("not confirmed in MLflow" in said) == (answer is None)
+    assert worker.waited == session.CONFIRM_WAIT_S
