@@ -158,7 +158,8 @@ def _resume(ns) -> int:
     job = api.get_manager(**_target(ns)).resume(
         _job(ns), max_failures=ns.max_failures, budget=ns.budget
     )
-    print(f"job {job.id} resumed (submission {job.info().submission_id})")
+    if job.id == _job(ns):  # else it started over as a new job, and resume said so
+        print(f"job {job.id} resumed (submission {job.info().submission_id})")
     if ns.wait:
         state = job.wait()
         print(f"job {job.id}: {state}")

@@ -64,8 +64,15 @@ class Job:
 
     def resume(self, max_failures: int | None = None, budget: float | None = None) -> str:
         """Continue this STOPPED or FAILED job from its latest good checkpoint (same job
-        id and MLflow run); returns its state. See :meth:`JobManager.resume`."""
-        self.manager.resume(self.id, max_failures=max_failures, budget=budget)
+        id and MLflow run); returns its state. See :meth:`JobManager.resume`.
+
+        A job that saved no checkpoint starts over as a new job (its own run, linked to
+        this one; a line says so): this handle then follows the new job (``id``,
+        ``run_id``), and a dashboard shown keeps the old job's record."""
+        job = self.manager.resume(self.id, max_failures=max_failures, budget=budget)
+        if job.id != self.id:
+            self.id, self.run_id = job.id, job.run_id
+            return self.status()
         board = self._dashboard
         if board is not None and board.comm is not None:
             board.start()

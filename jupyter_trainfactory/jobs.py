@@ -216,25 +216,35 @@ class JobManager:
             tags[TAG.REDACTED] = json.dumps(redacted)[:5000]
         extra = kind.files if kind is not None else None
         payload = write_payload(job_id, fn, model_fn, spec.config, datasets, extra)
+        params = redact.redact_params({**spec.params(), **(kind.params if kind else {})})
+        run_id = self._open_run(job_id, spec, redact.redact_params(tags), params, payload)
+        meta["run_id"] = shown_meta["run_id"] = run_id
+        shown_meta["redacted"] = redacted
+        (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
+        self._record_code(run_id, source, code.git_diff, data + described)
+        log_payload(self.mlflow_client, run_id, payload, shown_meta)
+        return self._first_submission(job_id, run_id, spec, payload)
+
+    def _open_run(
+        self, job_id: str, spec: JobSpec, tags: dict[str, str], params: dict, payload: Path
+    ) -> str:
+        """Create job ``job_id``'s run; returns its id. Raises TrackingUnreachable (the
+        payload at ``payload`` removed: nothing is left behind)."""
         try:
             run = tracking.create_job_run(
-                self.mlflow_client,
-                spec.experiment,
-                spec.run_name,
-                redact.redact_params(tags),
-                redact.redact_params({**spec.params(), **(kind.params if kind else {})}),
+                self.mlflow_client, spec.experiment, spec.run_name, tags, params
             )
         except Exception as exc:
             shutil.rmtree(payload.parent, ignore_errors=True)
             raise TrackingUnreachable(
                 f"Cannot create the MLflow run at {self.tracking_uri}: {exc}"
             ) from exc
-        run_id = meta["run_id"] = shown_meta["run_id"] = run.info.run_id
-        self._runs.remember(job_id, run_id)
-        shown_meta["redacted"] = redacted
-        (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
-        self._record_code(run_id, source, code.git_diff, data + described)
-        log_payload(self.mlflow_client, run_id, payload, shown_meta)
+        self._runs.remember(job_id, run.info.run_id)
+        return run.info.run_id
+
+    def _first_submission(self, job_id: str, run_id: str, spec: JobSpec, payload: Path) -> Job:
+        """Submit a new job's first Ray submission; a refusal closes its run FAILED and
+        raises SpecError."""
         try:
             self._submit(job_id, f"{job_id}-0", run_id, spec, payload)
         except Exception as exc:
@@ -290,10 +300,20 @@ class JobManager:
         )
 
     def resume(
-        self, job_id: str, max_failures: int | None = None, budget: float | None = None
+        self,
+        job_id: str,
+        max_failures: int | None = None,
+        budget: float | None = None,
+        notice: Callable[[str], None] = print,
     ) -> Job:
         """Continue a STOPPED or FAILED job from its latest good checkpoint (a sweep:
         Tune's restore of its search, ``ray_backend.sweep_driver``).
+
+        A job that saved no checkpoint has nothing to resume from: its training starts
+        over as a new job, with its own run linked to this one (:meth:`_start_over`;
+        ``notice`` says so, and the :class:`~.job.Job` returned is the new one). Resumed in
+        the same run, the new training's steps would fall on the old one's and be
+        dropped, or be spliced onto it (issue 48).
 
         A new Ray submission (``<job id>-<n>``) of the same function and config, under
         the same job id, MLflow run (reopened: status RUNNING; params are not logged
@@ -341,6 +361,8 @@ class JobManager:
         spec = JobSpec.from_dict({**meta["spec"], **changes})
         spec.validate()  # and the local checks again (working_dir, ...)
         meta["min_nodes"] = self.check(spec).min_nodes
+        if not tags.get(TAG.CKPT_STEP) and not tags.get(TAG.SWEEP):
+            return self._start_over(run, payload, meta, spec, notice)
         count = int(tags.get(TAG.RESUMES) or 0) + 1
         meta.update(spec=spec.to_dict(), resume=count)
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
@@ -356,6 +378,42 @@ class JobManager:
                 self.mlflow_client.set_terminated(run_id, status=run.info.status)
             raise SpecError(f"Ray refused the resume: {str(exc).splitlines()[0]}") from exc
         return Job(job_id, run_id, self)
+
+    def _start_over(self, run, payload: Path, meta: dict[str, Any], spec: JobSpec, notice) -> Job:
+        """Job ``meta["job_id"]`` (its ``run``) saved no checkpoint: submit its function and
+        config again as a new job, whose run keeps the old one's code and data tags and
+        params and is linked to it both ways (``trainfactory.started_over_from`` and
+        ``_as``); returns the new Job. Raises SpecError, TrackingUnreachable."""
+        from . import redact
+        from .payload import payload_path
+
+        old_id, new_id = meta["job_id"], submission.new_job_id()
+        target = payload_path(new_id)
+        shutil.copytree(payload, target, ignore=shutil.ignore_patterns("job.json", "__pycache__"))
+        tags = submission.start_over_tags(run.data.tags, new_id, old_id)
+        run_id = self._open_run(new_id, spec, tags, dict(run.data.params), target)
+        meta = {**meta, "job_id": new_id, "run_id": run_id, "spec": spec.to_dict()}
+        meta.pop("resume", None)
+        (target / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
+        self._copy_code(run.info.run_id, run_id)
+        shown, redacted = redact.redact_mapping(json.loads(json.dumps(meta, default=repr)))
+        log_payload(self.mlflow_client, run_id, target, {**shown, "redacted": redacted})
+        self.mlflow_client.set_tag(run.info.run_id, TAG.STARTED_OVER_AS, new_id)
+        job = self._first_submission(new_id, run_id, spec, target)
+        notice(submission.start_over_sentence(old_id, new_id))
+        return job
+
+    def _copy_code(self, old_run_id: str, run_id: str) -> None:
+        """The old run's ``code/`` artifacts (function source, uncommitted changes) in the
+        new run, when it has them."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                local = self.mlflow_client.download_artifacts(old_run_id, "code", tmp)
+            except Exception:  # none were recorded (no source, no diff)
+                return
+            self.mlflow_client.log_artifacts(run_id, local, "code")
 
     def experiment_ids(self, name: str | None) -> list[str] | None:
         """``[id]`` of experiment ``name``; None for no name (every experiment).

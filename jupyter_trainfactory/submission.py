@@ -28,6 +28,8 @@ __all__ = [
     "opening_tags",
     "reconcile_tags",
     "reopen_tags",
+    "start_over_sentence",
+    "start_over_tags",
     "stop_tags",
 ]
 
@@ -115,6 +117,52 @@ def opening_tags(
     if spec.target_steps:
         tags[TAG.TARGET_STEPS] = str(spec.target_steps)
     return tags
+
+
+#: The tags a job's run opens with that a start-over's run keeps (its code, data, owner,
+#: cluster); by name, then by prefix. The rest describes what the old job did.
+_OPENING_KEYS = (
+    TAG.DASHBOARD,
+    TAG.LOCAL_HEAD,
+    TAG.OWNER,
+    TAG.SOURCE,
+    TAG.FUNCTION,
+    TAG.WORKERS,
+    TAG.PROJECT,
+    TAG.TARGET_STEPS,
+    TAG.REDACTED,
+    "mlflow.user",
+    "mlflow.source.name",
+)
+_OPENING_PREFIXES = ("mlflow.source.git.", "trainfactory.code.", TAG.DATA, TAG.DATASET)
+
+
+def start_over_tags(old_tags: dict[str, str], job_id: str, old_job_id: str) -> dict[str, str]:
+    """The tags of the run of job ``job_id``, which trains ``old_job_id``'s function again
+    from the start (that job saved no checkpoint): the old run's opening tags (code, data,
+    owner, cluster), a new job's ids and state, and the link to the old job."""
+    kept = {
+        k: v for k, v in old_tags.items() if k in _OPENING_KEYS or k.startswith(_OPENING_PREFIXES)
+    }
+    return {
+        **kept,
+        TAG.JOB_ID: job_id,
+        TAG.SUBMISSION: f"{job_id}-0",
+        TAG.STATE: JobState.PENDING.value,
+        TAG.REASON: SUBMITTED,
+        TAG.STARTED_OVER_FROM: old_job_id,
+    }
+
+
+def start_over_sentence(old_job_id: str, job_id: str) -> str:
+    """What a resume of a job without a checkpoint does, said before the user asks it
+    (the panel) and when it is done (the kernel, the command line)."""
+    return (
+        f"Job {old_job_id} saved no checkpoint, so there is nothing to resume from: its"
+        f" training starts over from the first step as job {job_id}, with its own MLflow"
+        f" run linked to {old_job_id}'s ({TAG.STARTED_OVER_FROM}); {old_job_id}'s record"
+        " stays as it is."
+    )
 
 
 def diff_text(git_diff: str) -> str:

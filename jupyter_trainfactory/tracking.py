@@ -105,6 +105,9 @@ class TAG:
     CHAOS_DONE = "trainfactory.chaos.done"  # JSON: id, killed ranks, error
     RESUMES = "trainfactory.resumes"  # number of resume submissions
     RESUME_SPEC = "trainfactory.resume.spec"  # JSON: the latest resume's changed options
+    # a resume of a job that saved no checkpoint trains from the start: as a new job
+    STARTED_OVER_FROM = "trainfactory.started_over_from"  # on its run: the old job's id
+    STARTED_OVER_AS = "trainfactory.started_over_as"  # on the old job's run: the new id
     ENV = "trainfactory.env."  # + python, ray, torch, cuda, nvidia_driver: as the workers see
     PROJECT = "trainfactory.project"  # chargeback group given at launch
     TARGET_STEPS = "trainfactory.target_steps"  # the step the user expects the job to reach

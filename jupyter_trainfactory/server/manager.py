@@ -267,11 +267,13 @@ class TrainingJobsManager:
             self._forget()
 
     async def resume_job(self, job_id: str) -> JobModel:
-        """Resume a STOPPED or FAILED job from its latest checkpoint; SpecError otherwise."""
+        """Resume a STOPPED or FAILED job from its latest checkpoint; SpecError otherwise.
+        A job that saved no checkpoint starts over as a new job: the model is the new
+        job's, with ``started_over_from`` (the panel asked first and says so)."""
 
         def resume() -> JobModel:
-            self._job_manager().resume(job_id)
-            return self._read_job(job_id)
+            job = self._job_manager().resume(job_id, notice=lambda line: None)
+            return self._read_job(job.id)
 
         self._forget()
         try:

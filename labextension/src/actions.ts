@@ -7,17 +7,21 @@ import {
   showDialog
 } from '@jupyterlab/apputils';
 
+import { startOverText } from './format';
 import { IJob } from './types';
 
 /** What the panel asks of JupyterLab; tests and other front ends can pass their own. */
 export interface IPanelActions {
   /** 'graceful' (after the next checkpoint), 'now', or null when cancelled. */
   confirmStop(job: IJob): Promise<'graceful' | 'now' | null>;
+  /** Whether to start over a job that saved no checkpoint (see `startsOver`). */
+  confirmStartOver(job: IJob): Promise<boolean>;
   copy(text: string): void;
   notify(message: string, kind: 'success' | 'error' | 'info'): void;
 }
 
 export const STOP_LABEL = 'Stop after checkpoint';
+export const START_OVER_LABEL = 'Start over';
 export const STOP_NOW_LABEL = 'Stop now';
 export const STOP_WAITING_LABEL = 'Stop';
 
@@ -62,6 +66,17 @@ export const labActions: IPanelActions = {
       return null;
     }
     return result.button.label === STOP_NOW_LABEL ? 'now' : 'graceful';
+  },
+  async confirmStartOver(job) {
+    const result = await showDialog({
+      title: 'Resume training job',
+      body: startOverText(job),
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.okButton({ label: START_OVER_LABEL })
+      ]
+    });
+    return result.button.accept;
   },
   copy(text) {
     Clipboard.copyToSystem(text);

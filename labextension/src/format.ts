@@ -143,3 +143,20 @@ export function sparklinePoints(
     })
     .join(' ');
 }
+
+/**
+ * A Resume of `job` trains from the start: it saved no checkpoint (a sweep resumes its
+ * search whatever its trials saved). The server then starts it over as a new job.
+ */
+export function startsOver(job: IJob): boolean {
+  return job.checkpoint_step === null && !job.trials_total;
+}
+
+/** What Resume does to a job that saved no checkpoint, said before it happens. */
+export function startOverText(job: IJob): string {
+  return (
+    `${job.name || job.id} (${job.id}) saved no checkpoint, so there is nothing to ` +
+    'resume from. "Start over" trains it again from the first step as a new job, ' +
+    `with its own MLflow run linked to this one; ${job.id}'s record stays as it is.`
+  );
+}

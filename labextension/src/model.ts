@@ -171,7 +171,10 @@ export class JobsModel {
     return this._act(() => this.api.stop(id, now));
   }
 
-  /** Resume a STOPPED or FAILED job from its latest checkpoint. */
+  /**
+   * Resume a STOPPED or FAILED job from its latest checkpoint; returns the job after the
+   * request: a new one (another id) when it saved none and started over.
+   */
   async resume(id: string): Promise<IJob> {
     return this._act(() => this.api.resume(id));
   }
@@ -222,7 +225,11 @@ export class JobsModel {
 
   private async _act(call: () => Promise<IJob>): Promise<IJob> {
     const job = await call();
-    this._jobs = this._jobs.map(j => (j.id === job.id ? job : j));
+    const known = this._jobs.some(j => j.id === job.id);
+    this._jobs = known
+      ? this._jobs.map(j => (j.id === job.id ? job : j))
+      : [job, ...this._jobs]; // a job started over: newest first, as the server lists
+
     this._changed.emit();
     this.refreshSoon();
     return job;

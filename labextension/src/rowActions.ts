@@ -2,7 +2,7 @@
 
 import { IPanelActions } from './actions';
 import { columnCell } from './columns';
-import { attachCommand, canResume, canStop } from './format';
+import { attachCommand, canResume, canStop, startsOver } from './format';
 import { actionControl, Glyph } from './glyphs';
 import { JobsModel, messageOf } from './model';
 import { IJob } from './types';
@@ -43,7 +43,9 @@ export class RowActions {
       button(
         'resume',
         'Resume',
-        'Resume this job from its latest checkpoint',
+        startsOver(job)
+          ? 'It saved no checkpoint: start it over as a new job (asks first)'
+          : 'Resume this job from its latest checkpoint',
         'resume',
         () => this.resume(job)
       );
@@ -83,9 +85,25 @@ export class RowActions {
     );
   }
 
-  /** Resume the job from its latest checkpoint. */
+  /**
+   * Resume the job from its latest checkpoint; one that saved none starts over as a new
+   * job, asked first (nothing when cancelled).
+   */
   async resume(job: IJob): Promise<void> {
-    await this._do(() => this.model.resume(job.id), `Resuming ${job.id}`);
+    if (startsOver(job) && !(await this.actions.confirmStartOver(job))) {
+      return;
+    }
+    try {
+      const now = await this.model.resume(job.id);
+      this.actions.notify(
+        now.id === job.id
+          ? `Resuming ${job.id}`
+          : `${job.id} started over as ${now.id}`,
+        'success'
+      );
+    } catch (error) {
+      this.actions.notify(messageOf(error), 'error');
+    }
   }
 
   /** Copy the job's `%train attach` line to the clipboard, and say so. */

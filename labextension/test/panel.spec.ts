@@ -53,6 +53,13 @@ function setup(jobs: IJob[], failure: Error | null = null) {
     },
     resume: async id => {
       calls.push(`resume ${id}`);
+      const had = jobs.find(j => j.id === id);
+      // the server starts a job without a checkpoint over as a new job
+      if (had && had.checkpoint_step === null) {
+        const started = job({ id: 'tf-0000beef', state: 'PENDING' });
+        jobs.unshift(started); // the server lists it from now on
+        return started;
+      }
       return job({ id, state: 'PENDING' });
     },
     startServices: async () => services
@@ -60,16 +67,28 @@ function setup(jobs: IJob[], failure: Error | null = null) {
   const actions: IPanelActions & {
     copied: string[];
     answer: 'graceful' | 'now' | null;
+    startOver: boolean;
+    asked: string[];
+    notes: string[];
   } = {
     copied: [],
     answer: 'graceful',
+    startOver: true,
+    asked: [],
+    notes: [],
     async confirmStop() {
       return this.answer;
+    },
+    async confirmStartOver(j) {
+      this.asked.push(j.id);
+      return this.startOver;
     },
     copy(text) {
       this.copied.push(text);
     },
-    notify() {}
+    notify(message) {
+      this.notes.push(message);
+    }
   };
   const model = new JobsModel(api, () => false);
   const panel = new JobsPanel(model, actions);
@@ -106,6 +125,43 @@ describe('JobsPanel', () => {
       '/trainfactory/proxy/ray/',
       '/trainfactory/proxy/mlflow/'
     ]);
+  });
+
+  it('asks before a resume starts over a job that saved no checkpoint, and says so after', async () => {
+    const { model, panel, calls, actions } = setup([
+      job({ id: 'tf-00000001', state: 'STOPPED', checkpoint_step: 100 }),
+      job({ id: 'tf-00000002', state: 'STOPPED', checkpoint_step: null })
+    ]);
+    await model.refresh();
+    const resume = (id: string) =>
+      panel.node.querySelector(
+        `tr[data-job-id="${id}"] [data-action="resume"]`
+      ) as HTMLButtonElement;
+    expect(resume('tf-00000002').title).toContain('saved no checkpoint');
+    resume('tf-00000001').click(); // a checkpoint: no question
+    await flush();
+    expect(actions.asked).toEqual([]);
+    expect(actions.notes).toEqual(['Resuming tf-00000001']);
+    actions.startOver = false; // cancelled: nothing is asked of the server
+    resume('tf-00000002').click();
+    await flush();
+    expect(actions.asked).toEqual(['tf-00000002']);
+    expect(calls).toEqual(['resume tf-00000001']);
+    actions.startOver = true;
+    resume('tf-00000002').click();
+    await flush();
+    await flush();
+    expect(calls).toEqual(['resume tf-00000001', 'resume tf-00000002']);
+    expect(actions.notes[1]).toBe('tf-00000002 started over as tf-0000beef');
+    // the new job shows beside the old one, newest first
+    expect(model.jobs.map(j => j.id)).toEqual([
+      'tf-0000beef',
+      'tf-00000001',
+      'tf-00000002'
+    ]);
+    expect(
+      panel.node.querySelector('tr[data-job-id="tf-0000beef"]')
+    ).not.toBeNull();
   });
 
   it('says under a PENDING job what it waits for, the full reason in its tooltip', async () => {

@@ -74,17 +74,42 @@ def test_a_loop_that_checks_should_stop_saves_and_returns(manager, mlflow_client
 
 
 @pytest.mark.timeout(300)
-def test_stop_now_is_within_seconds(manager, mlflow_client):
+def test_stop_now_is_within_seconds_and_a_job_without_a_checkpoint_starts_over(
+    manager, mlflow_client, capsys
+):
     job = launch(train_fns.stoppable_loop, workers=2, config={"every": 10**9}, experiment="tests")
+    old_id, old_run = job.id, job.run_id
     try:
         _running(job)
         t0 = time.monotonic()
         assert job.stop(now=True) == "STOPPED"
         assert time.monotonic() - t0 < 30
+        run = mlflow_client.get_run(old_run)
+        assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "user-now"
+        old_loss = [(p.step, p.value) for p in mlflow_client.get_metric_history(old_run, "loss")]
+        # issue 48, finding 1: no checkpoint, nothing to resume from. In the same run the
+        # new training's steps fell on the old one's (dropped, then spliced onto them)
+        capsys.readouterr()
+        assert job.resume() in ("PENDING", "RUNNING")
+        said = capsys.readouterr().out
+        assert f"Job {old_id} saved no checkpoint" in said and job.id in said
+        assert job.id != old_id and job.run_id != old_run  # the handle follows the new job
+        _running(job)
     finally:
         job.stop(now=True)
-    run = mlflow_client.get_run(job.run_id)
-    assert run.info.status == "KILLED" and run.data.tags[TAG.REASON] == "user-now"
+    new = mlflow_client.get_run(job.run_id)
+    assert new.data.tags[TAG.STARTED_OVER_FROM] == old_id
+    assert new.data.tags[TAG.FUNCTION] == "stoppable_loop"
+    assert new.data.params == run.data.params  # the same function, config and shape
+    assert "code/train_function.py" in {
+        a.path for a in mlflow_client.list_artifacts(job.run_id, "code")
+    }
+    assert min(p.step for p in mlflow_client.get_metric_history(job.run_id, "loss")) == 1
+    old = mlflow_client.get_run(old_run)
+    assert old.data.tags[TAG.STARTED_OVER_AS] == job.id and old.info.status == "KILLED"
+    assert [
+        (p.step, p.value) for p in mlflow_client.get_metric_history(old_run, "loss")
+    ] == old_loss
 
 
 @pytest.mark.timeout(420)
@@ -241,6 +266,41 @@ def test_ddp_ranks_of_uneven_speed_stop_at_one_step_through_stops(manager, mlflo
     )
     system = [k for k in run.data.metrics if k.startswith("system/")]
     assert any(_after(mlflow_client, job.run_id, k, first) for k in system[:5])
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "run", [0, *(pytest.param(n, marks=pytest.mark.stress) for n in range(1, 10))]
+)
+def test_stop_now_then_resume_loses_no_step_under_ddp(manager, mlflow_client, run):
+    """Issue 48, finding 2: two DDP workers with a checkpoint every 7 steps; a graceful
+    stop at a random step, a resume, ``stop --now`` at a random step, a resume to the
+    end: every step in ``loss`` exactly once. Before, the workers ran on for a second
+    after the driver's SIGTERM and reported a checkpoint Ray Train kept (the run was
+    closed): the resume restored it and the steps before it were never in the run. Ten
+    in a row are the stress case (``pytest -m stress``)."""
+    import random
+
+    steps = 320
+    job = launch(
+        train_fns.uneven_ddp_loop,
+        workers=2,
+        config={"steps": steps, "every": 7, "sleep": 0.02, "slow": 0.02},
+        experiment="tests",
+    )
+    try:
+        stopped = _stop_at_a_random_moment(job, mlflow_client, 0)
+        assert job.resume() in ("PENDING", "RUNNING")
+        _stepping_past(mlflow_client, job.run_id, stopped + 10)
+        time.sleep(random.uniform(0.0, 3.0))
+        assert job.stop(now=True) == "STOPPED"
+        assert job.resume() in ("PENDING", "RUNNING")
+        assert job.wait(timeout=300) == "SUCCEEDED", job.logs(tail=40)
+    finally:
+        job.stop(now=True)
+    loss = sorted(p.step for p in mlflow_client.get_metric_history(job.run_id, "loss"))
+    missing = sorted(set(range(1, steps + 1)) - set(loss))
+    assert not missing and len(loss) == steps, (missing, len(loss) - len(set(loss)))
 
 
 @pytest.mark.timeout(120)
