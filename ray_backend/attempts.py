@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from jupyter_trainfactory.fleet.kinds import attempt_kind, is_process_loss
+from jupyter_trainfactory.fleet.kinds import is_process_loss
 from jupyter_trainfactory.telemetry.goodput import Attempt, CheckpointSave, Step
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.decisions import Update
@@ -133,7 +133,6 @@ class Attempts:
             # a rank whose process died explains the others' broken collectives
             failure = {**attempt["failure"], **self._where(rank), "rank": rank}
             failure.update({k: v for k, v in (detail or {}).items() if k != "kind"})
-            failure.update(self._errors.get(rank, {}))  # its own word (the poc's drill)
             failure["message"] = error
             self._failure = attempt["failure"] = failure
             update.tags[TAG.FAILURE] = json.dumps(failure)[:5000]
@@ -258,17 +257,32 @@ class Attempts:
     # -- progress (goodput inputs) ----------------------------------------------------
     def report_step(self, step: int, now: float) -> None:
         """A report as a goodput ``Step`` when the workers count no steps themselves
-        (plain Ray Train code: ``ray.train.report`` only). The time from the attempt's
-        start to its first report is setup (startup or checkpoint restore); each later
-        report's step took the time since the previous one."""
+        (plain Ray Train code: ``ray.train.report`` only). The first report's step began
+        with the attempt's first training work a worker saw (:meth:`training_started`: a
+        model's first forward, a dataset shard's first batch), else at the report itself:
+        the time before is setup (startup or checkpoint restore); each later report's
+        step took the time since the previous one."""
         if self._counted_steps or not self.running():
             return
         attempt = self.attempts[-1]
-        previous = attempt.get("last_report")
+        # the first report's step began with the attempt's first training work, when a
+        # worker saw it (a forward, a batch); else setup lasts until this report
+        previous = attempt.get("last_report", attempt.get("training_started"))
         attempt["last_report"] = now
-        duration = 0.0 if previous is None else now - previous
+        duration = 0.0 if previous is None else max(now - previous, 0.0)
         self.global_step = max(self.global_step, step)
         self._progress.append(Step(now, step, duration))
+
+    def training_started(self, when: float) -> None:
+        """A worker's first training work of the current attempt began at ``when`` (s since
+        the epoch; the earliest of the ranks counts): the first report's step starts there
+        (:meth:`report_step`). A time before the attempt's start (a clock apart) is ignored."""
+        if not self.running():
+            return
+        attempt = self.attempts[-1]
+        if when < attempt["start"] or "last_report" in attempt:
+            return
+        attempt["training_started"] = min(when, attempt.get("training_started", when))
 
     def counters(self, counters: dict[str, Any], logged_step: int | None) -> None:
         """Rank 0's progress since its previous batch (``protocol.Counters``), as one
@@ -299,16 +313,9 @@ class Attempts:
     def goodput_inputs(self, now: float, stop_wait_from: float | None = None) -> dict[str, Any]:
         """The arguments of :func:`~jupyter_trainfactory.telemetry.goodput.account` for the
         job at ``now`` (copies: ``account`` runs without the recorder's lock);
-        ``stop_wait_from``: since when a stop waits for a rank. A failed attempt's kind
-        comes from its root cause as it stands now (``fleet.kinds.attempt_kind``: a user
-        error's and a drill's time are booked as theirs, not as infrastructure's)."""
+        ``stop_wait_from``: since when a stop waits for a rank."""
         attempts = [
-            Attempt(
-                a["start"],
-                a["failed_at"],
-                attempt_kind(a["failure"]) if a.get("failure") else a["kind"],
-                a.get("detected_at"),
-            )
+            Attempt(a["start"], a["failed_at"], a["kind"], a.get("detected_at"))
             for a in self.attempts
         ]
         return {

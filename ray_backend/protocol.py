@@ -96,8 +96,8 @@ class CheckpointSaved(TypedDict, total=False):
 #: (device_name, cuda_visible_devices), ``worker`` (pid, node_id, node_ip, visible),
 #: ``error`` (type, traceback of the exception the training function raised) and
 #: ``restore`` (step, path of the checkpoint ``get_checkpoint()`` chose).
-InfoKind = Literal["model", "device", "worker", "error", "restore"]
-INFO_KINDS: tuple[InfoKind, ...] = ("model", "device", "worker", "error", "restore")
+InfoKind = Literal["model", "device", "worker", "error", "restore", "started"]
+INFO_KINDS: tuple[InfoKind, ...] = ("model", "device", "worker", "error", "restore", "started")
 
 
 class WorkerBatch(TypedDict, total=False):
@@ -114,6 +114,7 @@ class WorkerBatch(TypedDict, total=False):
     worker: dict[str, Any]
     error: dict[str, str]
     restore: dict[str, Any]
+    started: dict[str, float]  # {"time": s since the epoch}: the worker's first training work
     write: bool  # before a checkpoint: the recorder writes what it holds, then replies
 
 

@@ -171,6 +171,8 @@ class JobRecord:
         self.attempts.seen(rank, now, batch.get("checks"))
         if "worker" in batch:
             tags.update(self.attempts.set_worker(rank, batch["worker"]))
+        if "started" in batch:
+            self.attempts.training_started(float(batch["started"]["time"]))
         if "error" in batch:
             tags.update(self.attempts.worker_error(rank, batch["error"]))
         counters = batch.get("counters")

@@ -329,7 +329,26 @@ def watch(
             info[name] = value
     worker.set_info("model", info)
     _hook_ddp(model, worker)
+    _hook_first_forward(inner, worker)
     return model
+
+
+def _hook_first_forward(module: Any, worker: WorkerTelemetry) -> None:
+    """Tell ``worker`` when ``module``'s first forward begins (training has started:
+    :meth:`WorkerTelemetry.started`); the hook removes itself after that call."""
+    register = getattr(module, "register_forward_pre_hook", None)
+    if register is None or getattr(module, "_tf_first_forward", False):
+        return
+    module._tf_first_forward = True
+    handle = None
+
+    def first_forward(mod, args):
+        worker.started(time.time())
+        if handle is not None:
+            handle.remove()
+
+    with contextlib.suppress(Exception):  # not a torch module
+        handle = register(first_forward)
 
 
 def _hook_ddp(model: Any, worker: WorkerTelemetry) -> None:

@@ -62,6 +62,7 @@ class WorkerTelemetry:
         self._ingest_rows = 0.0
         self._step_times: list[float] = []
         self._extra: dict[InfoKind, dict[str, Any]] = {}
+        self._started: float | None = None  # when the first training work began
         self._checkpoints: list[CheckpointSaved] = []
         self._dirty = False
         self._warned: set[str] = set()
@@ -120,8 +121,22 @@ class WorkerTelemetry:
                     continue
                 self._points.append([prefix + str(key), number, at, now])
 
+    def started(self, when: float) -> None:
+        """This worker's first training work began at ``when`` (s since the epoch): the
+        first forward of a watched model, batch of a dataset shard or ``step``. Said to
+        the recorder once (``started`` in the next batch): setup ends there, not at the
+        first report (issue 48: a loop with one report per epoch booked its whole first
+        epoch as startup)."""
+        with self._lock:
+            if self._started is not None:
+                return
+            self._started = when
+            self._extra["started"] = {"time": when}
+            self._dirty = True
+
     def add_step(self, seconds: float, samples: float | None, tokens: float | None) -> None:
         self.progressed.set()
+        self.started(time.time() - seconds)
         with self._lock:
             self._steps += 1
             self._step_time += seconds
@@ -134,6 +149,7 @@ class WorkerTelemetry:
             self._dirty = True
 
     def add_data_wait(self, seconds: float) -> None:
+        self.started(time.time())  # a batch arrived: training on it begins
         with self._lock:
             self._data_wait += seconds
             self._dirty = True

@@ -681,3 +681,21 @@ def test_a_loop_that_counts_no_steps_gets_its_worker_numbers_at_each_report():
             p for p in derived.tick(t + 0.5, key, report_step).points if p[2] == report_step
         ]
     assert rows_at == {1: 64.0, 2: 128.0, 3: 192.0}
+
+
+def test_startup_ends_at_the_first_training_work_not_at_the_first_report(store):
+    # issue 48, finding 6: one report per epoch (the quickstart); the workers' first
+    # forward begins the first epoch, 60 s before its report: that minute is training
+    uri, client, run_id = store
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    t0 = rec.attempts.current()["start"] = time.time() - 200
+    rec.attempts.submitted = t0 - 5
+    rec.worker_batch(1, {"started": {"time": t0 + 4.0}})
+    rec.worker_batch(0, {"started": {"time": t0 + 3.0}})  # the earliest rank counts
+    rec.worker_batch(0, {"started": {"time": t0 - 50.0}})  # before the attempt: ignored
+    rec.report([{"epoch": 0}], None, t0 + 63)
+    rec.report([{"epoch": 1}], None, t0 + 123)
+    acc = rec.goodput(t0 + 123)
+    assert acc.badput_s["startup"] == pytest.approx(5.0 + 3.0)  # pending, then setup
+    assert acc.goodput_s == pytest.approx(120.0)  # both epochs

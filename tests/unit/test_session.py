@@ -353,3 +353,21 @@ def test_a_checkpoint_waits_for_the_recorder_and_is_held_when_the_record_closed(
         said = capsys.readouterr().out
         assert ("not confirmed in MLflow" in said) == (answer is None)
     assert worker.waited == session.CONFIRM_WAIT_S
+
+
+def test_the_first_forward_batch_or_step_says_when_training_started(telemetry):
+    import torch
+
+    worker, sent = telemetry
+    model = session.watch(torch.nn.Linear(2, 1))
+    t0 = time.time()
+    model(torch.zeros(1, 2))
+    model(torch.zeros(1, 2))  # once: the hook removed itself
+    worker.add_step(0.1, 4, None)  # later work changes nothing
+    worker.flush()
+    (rank, batch), *_ = sent
+    assert t0 <= batch["started"]["time"] <= time.time()
+    assert not model._forward_pre_hooks
+    worker.add_data_wait(0.2)
+    worker.flush()
+    assert all("started" not in b for _, b in sent[1:])
