@@ -137,12 +137,13 @@ class JobDashboard(widgets.VBox):
         job = self.model.info.job_id if self.model.info else ""
         return {"text/html": summary, "text/plain": f"job {job}: {self.model.info.state}"}
 
-    def summary(self) -> dict[str, str] | None:
+    def summary(self, written: str | None = None) -> dict[str, str] | None:
         """The static summary's mime bundle (``text/html``, ``text/plain``) once the job has
         ended: the final header and a picture per user metric and of the throughput, by
-        step; None while it runs."""
+        step; None while it runs. With ``written`` (when, for its caption) that of the
+        last read whatever the state (a view closed while the job runs); None before one."""
         info = self.model.info
-        if info is None or not self.model.finished:
+        if info is None or (written is None and not self.model.finished):
             return None
         series = self.model.series
         curves = [(k, _STEP_AXIS, list(v)) for k, v in series.items() if layout.is_user_metric(k)]
@@ -150,7 +151,13 @@ class JobDashboard(widgets.VBox):
         if rate:
             curves.append((rate, _STEP_AXIS, list(series[rate])))
         header = header_html(self.model, self._run_link())
-        html_text = summary_html(summary_class(self.uid), info.job_id, header, curves)
+        html_text = summary_html(
+            summary_class(self.uid),
+            info.job_id,
+            header,
+            curves,
+            written=written or "when the job ended",
+        )
         return self._summary_bundle(html_text)
 
     def _publish_summary(self) -> None:
@@ -279,7 +286,14 @@ class JobDashboard(widgets.VBox):
         return self._ended.wait(timeout)
 
     def close(self) -> None:
+        """Stop polling and close the widget. The cell keeps a summary: the final one of an
+        ended job, else that of the last read (an ``attach`` or ``resume`` elsewhere
+        replaced this view while the job runs: the cell was left blank, issue 48)."""
         self.stop()
+        if self._summary is not None and not self.model.finished:
+            bundle = self.summary("at its last read, when this view closed")
+            if bundle is not None:
+                self._summary.update(bundle, raw=True)
         for grid in (self._user, self._system, self._cost):
             grid.close()
         for child in (self._header, self._nodes, self._footer, self._cost_box):

@@ -463,6 +463,28 @@ def test_a_static_summary_when_the_job_ends_none_after_a_resume(run):
     board.close()
 
 
+def test_a_view_closed_while_its_job_runs_leaves_the_summary_of_its_last_read(run):
+    # issue 48, finding 5: launch, stop, resume, then %train attach elsewhere closes this
+    # view while the job runs: its cell kept an empty summary and showed nothing
+    uri, client, run_id = run
+    _log(client, run_id, range(1, 21))
+
+    class Handle:  # the summary output's DisplayHandle
+        bundle = None
+
+        def update(self, bundle, raw=False):
+            self.bundle = bundle
+
+    board = JobDashboard(source=RunSource(uri, run_id), start=False)
+    board.poll_once()
+    board._summary = handle = Handle()
+    board.close()
+    text = handle.bundle["text/html"]
+    assert "summary written at its last read, when this view closed" in text
+    assert "RUNNING" in text and text.count("data:image/svg+xml;base64,") == 1  # loss
+    assert handle.bundle["text/plain"] == "job tf-0000abcd: RUNNING"
+
+
 def test_a_stop_waiting_for_a_rank_is_said(run):
     uri, client, run_id = run
     client.set_tag(run_id, "trainfactory.stop.waiting", "waiting for rank 1 at step 400")
