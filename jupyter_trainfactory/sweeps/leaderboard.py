@@ -38,7 +38,8 @@ _ACTIVE = ("PENDING", "RUNNING", "RESTARTING")
 class TrialRow:
     """One trial: its index in the search, child run, sampled params (config key ->
     text), state (the job states; an early stop is ``STOPPED`` with reason
-    ``early-stop``), last step, the metric's latest and best values, cost (USD)."""
+    ``early-stop``), its furthest step (``jobstate.latest_step``: steps done, as the
+    panel and the dashboard count them), the metric's latest and best values, cost (USD)."""
 
     index: int
     run_id: str
@@ -154,7 +155,14 @@ def sweep_view(
                 params={k: param_text(params.get(f"config.{k}", "")) for k in keys},
                 state=ctags.get(TAG.STATE, "PENDING"),
                 reason=ctags.get(TAG.REASON, ""),
-                step=points[-1][0] if points else None,
+                step=max(  # the trial's furthest step, as the panel counts it
+                    [
+                        s
+                        for s in (latest_step(child), points[-1][0] if points else None)
+                        if s is not None
+                    ],
+                    default=None,
+                ),
                 latest=points[-1][1] if points else None,
                 best=best,
                 cost=_value(child.data.metrics.get("cost/usd")),

@@ -198,3 +198,13 @@ def test_the_board_keeps_a_static_summary_of_its_last_read(monkeypatch):
     assert 'alt="val_loss, trial 1"' in text  # the best trial's curve
     assert bundle["text/plain"] == "sweep tf-12345678: SUCCEEDED"
     board.close()
+
+
+def test_a_trials_step_is_its_furthest_step_as_the_panel_counts_it():
+    # issue 48, finding 12: the leaderboard said "step 2999" (the metric's last point) where
+    # the panel and dashboard said 3000 (steps done, the recorder's step tag)
+    parent, _, _ = _sweep()
+    child = _run("c9", {TAG.TRIAL_INDEX: "0", TAG.STEP: "3000"}, {"config.lr": "0.01"})
+    history = {"c9": [Metric("val_loss", 0.5, 0, 2999)]}
+    (row,) = sweep_view(parent, [child], history, now=1100.0).rows
+    assert row.step == 3000 == panel_trials(parent, [child])[0]["step"]
