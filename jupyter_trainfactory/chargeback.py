@@ -14,9 +14,19 @@ from typing import Any
 from .spec import SpecError
 from .tables import format_table
 from .telemetry.cost import money, storage_cost
+from .telemetry.goodput import FAILURE_CATEGORIES  # lost progress, recovery, user errors
 from .tracking import TAG
 
-__all__ = ["GROUPS", "SORT_KEYS", "CostRow", "cost_rows", "parse_since", "totals", "write_csv"]
+__all__ = [
+    "FAILURE_CATEGORIES",
+    "GROUPS",
+    "SORT_KEYS",
+    "CostRow",
+    "cost_rows",
+    "parse_since",
+    "totals",
+    "write_csv",
+]
 
 #: What ``--by`` groups by.
 GROUPS = ("owner", "experiment", "project")
@@ -31,8 +41,6 @@ SORT_KEYS = (
     "tokens_per_cost",
     "started",
 )
-#: Badput categories that failures cause (``telemetry.goodput``).
-FAILURE_CATEGORIES = ("wasted_progress", "infrastructure_recovery", "preemption")
 
 
 @dataclass
@@ -42,8 +50,9 @@ class CostRow:
     ``cost`` is what the job's resources cost while held (``cost/usd``) plus keeping its
     checkpoints since it ended (``storage_after``); ``wasted`` is the part spent on any
     badput (``cost/wasted_usd``: startup, checkpoint saves and restores, data waits and
-    failures), ``failures`` the part of it that failures cost (lost progress, recovery and
-    preemptions); ``ettr`` the share of wall time that was productive;
+    failures), ``failures`` the part of it that failures cost (lost progress, recovery,
+    preemptions and the training code's own errors, ``cost/user_error_usd``; not drills,
+    which were asked for); ``ettr`` the share of wall time that was productive;
     ``tokens`` the tokens trained on (``train/tokens``, 0 when unknown) and
     ``tokens_per_cost`` tokens per unit of currency (None when either is 0)."""
 

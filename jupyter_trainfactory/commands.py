@@ -258,8 +258,9 @@ def format_status(info) -> str:
         phases = [f"detected after {r['detected'] - r['time']:.1f} s"] if r.get("detected") else []
         if r.get("restored"):
             phases.append(f"stepping again after {r['restored'] - r['time']:.1f} s")
+        kind = r.get("kind", "failure") + (" (a drill: injected)" if r.get("drill") else "")
         lines.append(
-            f"{'fault':>10}: {when} {r.get('kind', 'failure')} at step {r.get('step_reached')},"
+            f"{'fault':>10}: {when} {kind} at step {r.get('step_reached')},"
             f" restored from step {r.get('restored_step')} ({r.get('steps_lost')} steps lost),"
             f" {', '.join([*phases, mttr])}"
         )

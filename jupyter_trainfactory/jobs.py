@@ -25,6 +25,7 @@ from . import jobcontrol, runreads, submission, tracking
 from .cluster import ClusterInfo, Placement, check_job, resolve_address
 from .datasets import check_datasets, describe, lineage_tags, pack
 from .errors import JobNotFound, TrackingUnreachable
+from .fleet.records import planned_stops
 from .job import Job
 from .joblogs import JobLogs
 from .jobstate import (
@@ -366,8 +367,9 @@ class JobManager:
         count = int(tags.get(TAG.RESUMES) or 0) + 1
         meta.update(spec=spec.to_dict(), resume=count)
         (payload / "job.json").write_text(json.dumps(meta, indent=2, default=repr))
-        previous = {k: tags.get(k, "") for k in (TAG.SUBMISSION, TAG.STATE, TAG.REASON)}
-        submission_id, reopen = submission.reopen_tags(job_id, count, changes, time.time())
+        previous = {k: tags.get(k, "") for k in (TAG.SUBMISSION, TAG.STATE, TAG.REASON, TAG.STOPS)}
+        stops = planned_stops(run.info.status, tags)  # KILLED: a stop the reopen would hide
+        submission_id, reopen = submission.reopen_tags(job_id, count, changes, time.time(), stops)
         self.mlflow_client.log_batch(run_id, tags=tracking.run_tags(reopen))
         self.mlflow_client.update_run(run_id, status="RUNNING")
         try:

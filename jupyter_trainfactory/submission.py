@@ -177,10 +177,12 @@ def diff_text(git_diff: str) -> str:
 
 
 def reopen_tags(
-    job_id: str, count: int, changes: dict[str, Any], now: float
+    job_id: str, count: int, changes: dict[str, Any], now: float, stops: int
 ) -> tuple[str, dict[str, str]]:
     """(submission id, tags) of resume number ``count`` of a job, at ``now`` (s since the
-    epoch), with the options it changed (``changes``); the tags fit MLflow's limits."""
+    epoch), with the options it changed (``changes``) and the planned stops it had
+    (``stops``, ``fleet.records.planned_stops`` of the closed run: the reopened run no
+    longer says it was stopped); the tags fit MLflow's limits."""
     submission_id = f"{job_id}-{count}"
     reopen = {
         TAG.SUBMISSION: submission_id,
@@ -188,6 +190,7 @@ def reopen_tags(
         TAG.REASON: f"{RESUMED}{count})",
         TAG.WAITING: "",
         TAG.RESUMES: str(count),
+        TAG.STOPS: str(stops),
         TAG.RESUME_SPEC: json.dumps({"submission": submission_id, "time": now, **changes}),
         TAG.STARTED: f"{now:.3f}",  # goodput counts this submission's time
         TAG.STOP: "",

@@ -104,6 +104,7 @@ class TAG:
     CHAOS = "trainfactory.chaos"  # JSON request: id and rank or node
     CHAOS_DONE = "trainfactory.chaos.done"  # JSON: id, killed ranks, error
     RESUMES = "trainfactory.resumes"  # number of resume submissions
+    STOPS = "trainfactory.stops"  # planned stops of earlier submissions (written at a resume)
     RESUME_SPEC = "trainfactory.resume.spec"  # JSON: the latest resume's changed options
     # a resume of a job that saved no checkpoint trains from the start: as a new job
     STARTED_OVER_FROM = "trainfactory.started_over_from"  # on its run: the old job's id

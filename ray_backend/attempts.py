@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from jupyter_trainfactory.fleet.kinds import is_process_loss
+from jupyter_trainfactory.fleet.kinds import attempt_kind, is_process_loss
 from jupyter_trainfactory.telemetry.goodput import Attempt, CheckpointSave, Step
 from jupyter_trainfactory.tracking import TAG
 from ray_backend.decisions import Update
@@ -133,6 +133,7 @@ class Attempts:
             # a rank whose process died explains the others' broken collectives
             failure = {**attempt["failure"], **self._where(rank), "rank": rank}
             failure.update({k: v for k, v in (detail or {}).items() if k != "kind"})
+            failure.update(self._errors.get(rank, {}))  # its own word (the poc's drill)
             failure["message"] = error
             self._failure = attempt["failure"] = failure
             update.tags[TAG.FAILURE] = json.dumps(failure)[:5000]
@@ -313,9 +314,16 @@ class Attempts:
     def goodput_inputs(self, now: float, stop_wait_from: float | None = None) -> dict[str, Any]:
         """The arguments of :func:`~jupyter_trainfactory.telemetry.goodput.account` for the
         job at ``now`` (copies: ``account`` runs without the recorder's lock);
-        ``stop_wait_from``: since when a stop waits for a rank."""
+        ``stop_wait_from``: since when a stop waits for a rank. A failed attempt's kind
+        comes from its root cause as it stands now (``fleet.kinds.attempt_kind``: a user
+        error's and a drill's time are booked as theirs, not as infrastructure's)."""
         attempts = [
-            Attempt(a["start"], a["failed_at"], a["kind"], a.get("detected_at"))
+            Attempt(
+                a["start"],
+                a["failed_at"],
+                attempt_kind(a["failure"]) if a.get("failure") else a["kind"],
+                a.get("detected_at"),
+            )
             for a in self.attempts
         ]
         return {

@@ -19,10 +19,12 @@ rank kills its own process with SIGKILL at ``kill_step`` (as a crashed worker di
 handler runs), and on more than one node every rank of the last rank's node does (a
 node's workers lost at once), so the job's failure handling restarts them from the
 checkpoint before, and the run's ``faults/mttr_s`` and ``faults/restore_step`` are the
-recovery figures. With a user's function (``poc --fn``) that function trains instead,
-with ``config["fn_config"]``, and the kernel kills the workers (``%train chaos``) once it
-has checkpointed (``poc.run``). ``poc/stages_done`` counts the stages finished (1 to 3, 4
-when training ends).
+recovery figures. The kill is a drill: each dying rank first tells the job's recorder
+(:func:`_announce_drill`), so the failure is recorded as injected, as a ``%train chaos``
+kill is, and counted apart from real failures (``fleet.kinds``). With a user's function
+(``poc --fn``) that function trains instead, with ``config["fn_config"]``, and the
+kernel kills the workers (``%train chaos``) once it has checkpointed (``poc.run``).
+``poc/stages_done`` counts the stages finished (1 to 3, 4 when training ends).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_trainfactory.fleet.kinds import BY_CHAOS_NODE, BY_CHAOS_WORKER
 from jupyter_trainfactory.telemetry.bandwidth import COLLECTIVES, algbw, busbw
 
 from . import poc_bench
@@ -168,7 +171,7 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
         start = state["step"]
     gen = torch.Generator().manual_seed(1000 * rank + start)
     t = shape["seq_len"]
-    victim = first_attempt and _dies(rank, world)
+    drill = _dies(rank, world) if first_attempt else None
     for step in range(start + 1, config["steps"] + 1):
         with trainfactory.step(samples=batch, tokens=batch * t):
             with trainfactory.data_wait():
@@ -179,11 +182,12 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
             loss.backward()
             opt.step()
         trainfactory.log({"loss": float(loss)}, step=step)
-        if victim and step == config["kill_step"]:
+        if drill and step == config["kill_step"]:
             # the checkpoint before is committed once Ray Train's controller has polled
             # every rank's report of it (every 0.1 s here): a kill right after it could
             # land first and lose twice the steps (seen: 9, not 5, on a loaded machine)
             time.sleep(KILL_DELAY_S)
+            _announce_drill(drill, step)
             os.kill(os.getpid(), signal.SIGKILL)
         if step % config["every"] == 0 or step == config["steps"]:
             with tempfile.TemporaryDirectory() as tmp:
@@ -198,6 +202,24 @@ def _train(config: dict[str, Any], device: Any, first_attempt: bool) -> None:
 #: Seconds the dying rank waits at the kill step, so the checkpoint before is committed
 #: (20 of the controller's 0.1 s polls, ``payload.REPORT_POLL_INTERVAL_S``).
 KILL_DELAY_S = 2.0
+#: Seconds the dying rank waits at most for the recorder to take its announcement.
+ANNOUNCE_TIMEOUT_S = 10.0
+
+
+def _announce_drill(by: str, step: int) -> None:
+    """Tell the job's recorder that this rank is about to kill itself as the poc's drill,
+    and wait (up to :data:`ANNOUNCE_TIMEOUT_S`) until it has the word: the worker's
+    ``error`` report (``protocol.INFO_KINDS``) with ``by`` (``fleet.kinds.BY_CHAOS_*``,
+    what a ``%train chaos`` kill's root cause carries) and ``cause``, which the recorder
+    adds to the failure's root cause. Outside a job nothing is told."""
+    from ray_backend.session import current
+
+    worker = current()
+    if worker is None:
+        return
+    cause = f"killed by the poc's recovery drill at step {step}"
+    worker.set_info("error", {"by": by, "cause": cause})
+    worker.drain(timeout=ANNOUNCE_TIMEOUT_S)
 
 
 def _rank_nodes(world: int) -> list[str]:
@@ -212,15 +234,17 @@ def _rank_nodes(world: int) -> list[str]:
     return nodes
 
 
-def _dies(rank: int, world: int) -> bool:
-    """Whether this rank kills itself at the kill step: the last rank, or on more than
-    one node every rank on the last rank's node (a collective: every rank calls it)."""
+def _dies(rank: int, world: int) -> str | None:
+    """Whether this rank kills itself at the kill step, as what drill: the last rank
+    (``fleet.kinds.BY_CHAOS_WORKER``), or on more than one node every rank on the last
+    rank's node (``BY_CHAOS_NODE``); None for a rank that lives (a collective: every
+    rank calls it)."""
     if world < 2:
-        return rank == world - 1
+        return BY_CHAOS_WORKER if rank == world - 1 else None
     nodes = _rank_nodes(world)
     if len(set(nodes)) == 1:
-        return rank == world - 1
-    return nodes[rank] == nodes[-1]
+        return BY_CHAOS_WORKER if rank == world - 1 else None
+    return BY_CHAOS_NODE if nodes[rank] == nodes[-1] else None
 
 
 def _state_bytes(config: dict[str, Any]) -> int:

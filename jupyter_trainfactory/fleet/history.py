@@ -9,33 +9,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jobstate import job_state
+from ..telemetry.goodput import FAILURE_CATEGORIES
 from ..tracking import TAG
-from .kinds import INFRASTRUCTURE
-from .records import read_counts, read_records, record_kind
+from .kinds import DRILL, INFRASTRUCTURE
+from .records import planned_stops, read_counts, read_records, record_kind
 
 __all__ = ["Failure", "JobHistory", "UNITS", "history_from_run"]
 
 #: The exposure unit of each ``--accelerator``: accelerator-days are GPU-days, NPU-days or
 #: HPU-days; a CPU job's exposure is its vCPUs (Ray ``CPU`` units) held, in vCPU-days.
 UNITS = {"gpu": "GPU", "npu": "NPU", "hpu": "HPU", "cpu": "vCPU"}
-#: Badput categories a failure causes (``telemetry.goodput``): their cost is failure cost.
-FAILURE_BADPUT = ("wasted_progress", "infrastructure_recovery", "preemption")
 
 
 @dataclass(frozen=True)
 class Failure:
-    """One recorded failure: ``time`` (s since the epoch), ``kind`` (:mod:`.kinds`),
-    ``node`` label ("" when unknown), ``mttr_s`` (None: not recovered), ``steps_lost``."""
+    """One recorded failure: ``time`` (s since the epoch), ``kind`` (:mod:`.kinds`; for
+    a drill, the kind it simulates), ``node`` label ("" when unknown), ``mttr_s`` (None:
+    not recovered), ``steps_lost``, ``drill`` (injected on purpose)."""
 
     time: float
     kind: str
     node: str = ""
     mttr_s: float | None = None
     steps_lost: int | None = None
+    drill: bool = False
 
     @property
     def infrastructure(self) -> bool:
-        return self.kind in INFRASTRUCTURE
+        """A real infrastructure failure (a drill is none)."""
+        return self.kind in INFRASTRUCTURE and not self.drill
 
 
 @dataclass
@@ -45,14 +47,17 @@ class JobHistory:
     ``exposure_h``: ``unit``-hours the job held (accelerators, or vCPUs for CPU jobs),
     from its cost meter, summed over its submissions (the time a stopped job waits for
     its resume holds nothing and is not counted), up to ``now`` for a running job;
-    ``kinds``: failures per kind over the whole job (exact), ``failures``: the latest
-    recorded ones with their times, nodes and MTTRs; ``nodes``: node label -> its share
-    of the exposure (by the job's last placement, ranks per node); ``wall_s``,
-    ``goodput_s``, ``badput_s``: the goodput account; ``wasted_cost``: cost of all
-    badput, ``failure_cost``: the part failures caused, in ``currency``; ``stopped``: a
-    planned stop (``%train stop``, a budget) ended it; ``live``: still in progress and
-    counted up to now; ``silent``: its run is open but its recorder has written nothing
-    for :data:`SILENT_S` (counted up to its last point).
+    ``kinds``: real failures per kind over the whole job (exact), ``drills``: failures
+    injected on purpose per the kind they simulate (:mod:`.kinds`), ``failures``: the
+    latest recorded ones (drills marked) with their times, nodes and MTTRs; ``nodes``:
+    node label -> its share of the exposure (by the job's last placement, ranks per
+    node); ``wall_s``, ``goodput_s``, ``badput_s``: the goodput account; ``wasted_cost``:
+    cost of all badput, ``failure_cost``: the part failures caused
+    (``telemetry.goodput.FAILURE_CATEGORIES``), ``drill_cost``: the part drills caused,
+    in ``currency``; ``stops``: planned stops (``%train stop``, the panel's Stop, a
+    budget) over its submissions, ``stopped``: one ended it; ``live``: still in progress
+    and counted up to now; ``silent``: its run is open but its recorder has written
+    nothing for :data:`SILENT_S` (counted up to its last point).
     """
 
     job: str
@@ -72,12 +77,15 @@ class JobHistory:
     goodput_s: float
     badput_s: dict[str, float] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)
+    drills: dict[str, int] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     node_kinds: dict[str, dict[str, int]] = field(default_factory=dict)
     nodes: dict[str, float] = field(default_factory=dict)
     wasted_cost: float = 0.0
     failure_cost: float = 0.0
+    drill_cost: float = 0.0
     currency: str = "USD"
+    stops: int = 0
     stopped: bool = False
     live: bool = False
     silent: bool = False
@@ -165,6 +173,7 @@ def history_from_run(run, experiment: str, now: float) -> JobHistory:
             node=str(r.get("node") or ""),
             mttr_s=None if r.get("mttr_s") is None else _float(r["mttr_s"]),
             steps_lost=r.get("steps_lost"),
+            drill=bool(r.get("drill")),
         )
         for r in read_records(tags)
     ]
@@ -189,12 +198,15 @@ def history_from_run(run, experiment: str, now: float) -> JobHistory:
             k[len("badput/") : -len("_s")]: v for k, v in metrics.items() if k.startswith("badput/")
         },
         kinds={k: int(n) for k, n in counts["kinds"].items()},
+        drills={k: int(n) for k, n in counts["drills"].items()},
         failures=failures,
         node_kinds={n: {k: int(c) for k, c in per.items()} for n, per in counts["nodes"].items()},
         nodes=_nodes(tags, exposure),
         wasted_cost=_float(metrics.get("cost/wasted_usd")),
-        failure_cost=sum(_float(metrics.get(f"cost/{c}_usd")) for c in FAILURE_BADPUT),
+        failure_cost=sum(_float(metrics.get(f"cost/{c}_usd")) for c in FAILURE_CATEGORIES),
+        drill_cost=_float(metrics.get(f"cost/{DRILL}_usd")),
         currency=tags.get(TAG.COST_CURRENCY, "USD"),
+        stops=planned_stops(run.info.status, tags),
         stopped=state == "STOPPED",
         live=live,
         silent=silent,

@@ -7,9 +7,9 @@ command line, the side panel) counts it the same way:
 
 - ``worker_crash``: a worker process died or Ray lost it (``RayActorError``,
   ``ActorDiedError``, ``WorkerCrashedError``, Ray's ``OutOfMemoryError``, a lost object),
-  and a worker killed by ``%train chaos --kill-worker``;
+  and what a drill of ``%train chaos --kill-worker`` simulates;
 - ``node_loss``: the node under a worker died or was removed (``NodeDiedError``, or an
-  actor error that says its node died), and ``%train chaos --kill-node``;
+  actor error that says its node died), and what ``%train chaos --kill-node`` simulates;
 - ``preemption``: Ray marked the dead worker's actor as preempted
   (``RayActorError.preempted``: spot capacity taken back);
 - ``stall``: the job's stall watch restarted workers that made no progress, or Ray
@@ -22,6 +22,13 @@ The first four, and ``unclassified``, are **infrastructure failures**: what a cl
 (its hardware, its scheduler, its provider) is accountable for. User errors and
 planned stops (``%train stop``, a budget stop) are counted apart and never enter a
 failure rate.
+
+A **drill** is a failure injected on purpose (:func:`injected`): a kill of
+``%train chaos`` (carried out by the job's recorder, which marks the processes it
+killed) or the proof-of-concept job's own kill (``ray_backend.poc_loop``: the dying
+rank says so to the recorder first). It keeps the kind it simulates, is marked
+``drill`` in the run's failure log and counted apart: never in a failure rate, MTBF or
+MTTR of real failures.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "DRILL",
     "INFRASTRUCTURE",
     "KINDS",
     "NODE_LOSS",
@@ -38,7 +46,9 @@ __all__ = [
     "UNCLASSIFIED",
     "USER_ERROR",
     "WORKER_CRASH",
+    "attempt_kind",
     "classify",
+    "injected",
     "is_process_loss",
 ]
 
@@ -55,6 +65,11 @@ INFRASTRUCTURE = (WORKER_CRASH, NODE_LOSS, PREEMPTION, STALL, UNCLASSIFIED)
 
 #: ``by`` values of a failure this job caused itself (``ray_backend.record``).
 BY_CHAOS_WORKER, BY_CHAOS_NODE, BY_STALL = "chaos", "chaos-node", "stall"
+#: ``by`` values of a failure injected on purpose (a drill); a stall restart is not one:
+#: the job's stall watch reacted to a real stall.
+_INJECTED = frozenset({BY_CHAOS_WORKER, BY_CHAOS_NODE})
+#: A failed attempt the goodput account books apart (``telemetry.goodput.Attempt.kind``).
+DRILL = "drill"
 
 # Exception type names from ray.exceptions and ray.train (Ray 2.5x): a process or node gone.
 _NODE_ERRORS = frozenset({"NodeDiedError", "LocalRayletDiedError", "RayletDiedError"})
@@ -83,11 +98,29 @@ def is_process_loss(type_name: str) -> bool:
     return type_name in _PROCESS_ERRORS or type_name in _NODE_ERRORS
 
 
+def injected(failure: Mapping[str, Any]) -> bool:
+    """True for a failure injected on purpose, a drill: its root cause says it was
+    caused ``by`` a chaos kill (``%train chaos``, the poc's own kill)."""
+    return failure.get("by") in _INJECTED
+
+
+def attempt_kind(failure: Mapping[str, Any]) -> str:
+    """How the goodput account books the attempt that ended in ``failure`` (its root
+    cause, as :func:`classify` takes it): ``drill`` when :func:`injected`, ``user_error``
+    for an exception of the training code, ``preemption``, else ``failure`` (an
+    infrastructure failure). The values of ``telemetry.goodput.Attempt.kind``."""
+    if injected(failure):
+        return DRILL
+    kind = classify(failure)
+    return kind if kind in (USER_ERROR, PREEMPTION) else "failure"
+
+
 def classify(failure: Mapping[str, Any]) -> str:
     """The kind of one failure, from its root cause as ``ray_backend.attempts`` records
     it (``kind``: ``failure`` or ``preemption``; ``type``: the root exception's type
     name; ``message``; ``by``: ``chaos``, ``chaos-node`` or ``stall`` when this job
-    caused it). Returns one of :data:`KINDS` but ``unclassified``."""
+    caused it). Returns one of :data:`KINDS` but ``unclassified``; for a drill
+    (:func:`injected`), the kind it simulates."""
     if failure.get("kind") == PREEMPTION:
         return PREEMPTION
     by = failure.get("by")

@@ -15,7 +15,12 @@ Definitions (the README's "Reliability" section says the same):
 - **MTTR**: from a failure to the first step past the step it had reached
   (``telemetry.goodput.FailureRecord.mttr_s``), p50 / p95 / max over the recorded
   infrastructure failures that recovered;
-- **ETTR**: goodput over wall time, summed over the jobs (``telemetry.goodput``).
+- **ETTR**: goodput over wall time, summed over the jobs (``telemetry.goodput``);
+- **drills**: failures injected on purpose (``%train chaos``, the poc's kill;
+  :func:`.kinds.injected`), counted apart by the kind they simulate: never in the
+  failure rate, MTBF or MTTR;
+- **planned stops**: ``%train stop`` (graceful or ``--now``), the panel's Stop, a budget
+  stop, over every submission of a job (:func:`.records.planned_stops`).
 
 A job counts in the period it started in, with all its failures; one still running is
 counted up to ``now`` (up to its last point when its recorder has been silent for
@@ -95,11 +100,12 @@ class Rate:
 class GroupStats:
     """The figures of a set of jobs that share ``unit`` (and ``key``, the group's value).
 
-    ``exposure_h`` unit-hours; ``kinds`` failures per kind; ``stops`` planned stops;
+    ``exposure_h`` unit-hours; ``kinds`` real failures per kind; ``drills`` injected
+    failures per the kind they simulate (in no figure below); ``stops`` planned stops;
     ``mttr_s`` ``(p50, p95, max)`` or None, over ``recovered`` of ``mttr_of`` recorded
     infrastructure failures; ``mtbf_h`` unit-hours per infrastructure failure (None for
-    none); ``ettr`` goodput / wall (None without wall time); ``wasted_cost`` and
-    ``failure_cost`` per currency."""
+    none); ``ettr`` goodput / wall (None without wall time); ``wasted_cost``,
+    ``failure_cost`` and ``drill_cost`` per currency."""
 
     key: str
     unit: str
@@ -108,12 +114,14 @@ class GroupStats:
     silent: int = 0
     exposure_h: float = 0.0
     kinds: dict[str, int] = field(default_factory=dict)
+    drills: dict[str, int] = field(default_factory=dict)
     stops: int = 0
     wall_s: float = 0.0
     goodput_s: float = 0.0
     badput_s: dict[str, float] = field(default_factory=dict)
     wasted_cost: dict[str, float] = field(default_factory=dict)
     failure_cost: dict[str, float] = field(default_factory=dict)
+    drill_cost: dict[str, float] = field(default_factory=dict)
     mttr_s: tuple[float, float, float] | None = None
     recovered: int = 0
     mttr_of: int = 0
@@ -125,6 +133,10 @@ class GroupStats:
     @property
     def user_errors(self) -> int:
         return self.kinds.get(USER_ERROR, 0)
+
+    @property
+    def drill_count(self) -> int:
+        return sum(self.drills.values())
 
     @property
     def exposure_days(self) -> float:
@@ -215,8 +227,8 @@ class ReliabilityReport:
 
     def summary(self) -> dict:
         """JSON-safe summary for the side panel: the period, jobs, per unit the exposure,
-        infrastructure failures, user errors, the rate's text, MTTR p50 and ETTR, and
-        one line of text."""
+        infrastructure failures, user errors, drills, planned stops, the rate's text,
+        MTTR p50 and ETTR, and one line of text."""
         from .views import summary_line
 
         return {
@@ -229,6 +241,7 @@ class ReliabilityReport:
                     "exposure_days": g.exposure_days,
                     "infrastructure_failures": g.infrastructure,
                     "user_errors": g.user_errors,
+                    "drills": g.drill_count,
                     "stops": g.stops,
                     "rate": g.rate.text(),
                     "mttr_p50_s": g.mttr_s[0] if g.mttr_s else None,
@@ -248,7 +261,9 @@ def _add(stats: GroupStats, job: JobHistory, mttrs: list[float]) -> None:
     stats.exposure_h += job.exposure_h
     for kind, n in job.kinds.items():
         stats.kinds[kind] = stats.kinds.get(kind, 0) + n
-    stats.stops += job.stopped
+    for kind, n in job.drills.items():
+        stats.drills[kind] = stats.drills.get(kind, 0) + n
+    stats.stops += job.stops
     stats.wall_s += job.wall_s
     stats.goodput_s += job.goodput_s
     for cat, s in job.badput_s.items():
@@ -256,7 +271,8 @@ def _add(stats: GroupStats, job: JobHistory, mttrs: list[float]) -> None:
     cur = job.currency
     stats.wasted_cost[cur] = stats.wasted_cost.get(cur, 0.0) + job.wasted_cost
     stats.failure_cost[cur] = stats.failure_cost.get(cur, 0.0) + job.failure_cost
-    infra = [f for f in job.failures if f.infrastructure]
+    stats.drill_cost[cur] = stats.drill_cost.get(cur, 0.0) + job.drill_cost
+    infra = [f for f in job.failures if f.infrastructure]  # drills are not
     stats.mttr_of += len(infra)
     mttrs += [f.mttr_s for f in infra if f.mttr_s is not None]
 

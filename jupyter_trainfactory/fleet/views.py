@@ -52,6 +52,20 @@ def _money(amounts: dict[str, float]) -> str:
     return ", ".join(f"{money(v)} {c}" for c, v in sorted(amounts.items())) or "0"
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def drill_line(g: GroupStats) -> str:
+    """What the drills were and that no figure counts them, in one line."""
+    kinds = ", ".join(f"{k} {g.drills[k]}" for k in KINDS if g.drills.get(k))
+    return (
+        f"drills:    {_plural(g.drill_count, 'injected failure')}"
+        + (f" ({kinds})" if kinds else "")
+        + " by %train chaos or the poc's kill: counted apart, not in the rate, MTBF or MTTR"
+    )
+
+
 def group_lines(g: GroupStats) -> list[str]:
     """The lines of one unit's figures, each saying what it counts."""
     unit = g.unit
@@ -65,8 +79,9 @@ def group_lines(g: GroupStats) -> list[str]:
         f"exposure:  {g.exposure_days:.4g} {unit}-days ({g.exposure_h:.4g} {unit}-hours held)"
         f" over {g.jobs} job{'s' if g.jobs != 1 else ''}{live}",
         f"failures:  {g.infrastructure} infrastructure ({_kinds(g.kinds, True)});"
-        f" apart: {g.user_errors} user error{'s' if g.user_errors != 1 else ''} in training"
-        f" code, {g.stops} planned stop{'s' if g.stops != 1 else ''}",
+        f" apart: {_plural(g.user_errors, 'user error')} in training code,"
+        f" {_plural(g.stops, 'planned stop')}",
+        drill_line(g),
         f"rate:      {g.rate.text()}",
         "MTBF:      "
         + (f"{g.mtbf_h:.4g} {unit}-hours per infrastructure failure" if g.mtbf_h else
@@ -85,8 +100,10 @@ def group_lines(g: GroupStats) -> list[str]:
             f"ETTR:      {100 * g.ettr:.1f} % of {_seconds(g.wall_s)} wall time"
             f" (goodput {_seconds(g.goodput_s)}; badput: {badput or 'none'})"
         )
+    drills = f", drills {_money(g.drill_cost)}" if g.drill_count else ""
     lines.append(
-        f"wasted:    {_money(g.wasted_cost)} on badput, of which failures {_money(g.failure_cost)}"
+        f"wasted:    {_money(g.wasted_cost)} on badput, of which failures"
+        f" {_money(g.failure_cost)}{drills}"
     )
     return lines
 
@@ -100,6 +117,7 @@ def _group_rows(groups: list[GroupStats], by: str) -> list[dict[str, str]]:
             "infra": str(g.infrastructure),
             "user": str(g.user_errors),
             "stops": str(g.stops),
+            "drills": str(g.drill_count),
             "rate %/day": "-" if g.rate.per_day is None else f"{100 * g.rate.per_day:.3g}",
             "MTTR p50": "-" if g.mttr_s is None else f"{g.mttr_s[0]:.1f} s",
             "ETTR": "-" if g.ettr is None else f"{100 * g.ettr:.1f} %",
@@ -146,7 +164,8 @@ def report_text(r: ReliabilityReport) -> str:
 
 
 def summary_line(r: ReliabilityReport) -> str:
-    """One line for the side panel: ETTR, infrastructure failures and MTTR per unit."""
+    """One line for the side panel: ETTR, infrastructure failures and MTTR per unit, and
+    user errors and drills (not infrastructure failures) when there were any."""
     if not r.jobs:
         return "no jobs in the period"
     parts = []
@@ -156,7 +175,9 @@ def summary_line(r: ReliabilityReport) -> str:
         if g.mttr_s:
             text += f", MTTR {g.mttr_s[0]:.0f} s"
         if g.user_errors:
-            text += f", {g.user_errors} user error{'s' if g.user_errors != 1 else ''}"
+            text += f", {_plural(g.user_errors, 'user error')}"
+        if g.drill_count:
+            text += f", {_plural(g.drill_count, 'drill')} (not counted)"
         parts.append(text)
     lemons = f"; lemon: {', '.join(n.node for n in r.lemons)}" if r.lemons else ""
     jobs = f"{len(r.jobs)} job{'s' if len(r.jobs) != 1 else ''}"
@@ -167,14 +188,16 @@ def summary_line(r: ReliabilityReport) -> str:
 CSV_FIELDS = (
     "job", "run_id", "name", "owner", "project", "experiment", "cluster", "accelerator",
     "unit", "state", "started", "ended", "exposure_hours", "exposure_days",
-    *[f"failures_{k}" for k in KINDS], "infrastructure_failures", "planned_stop",
-    "mttr_p50_s", "wall_s", "goodput_s", "ettr", "wasted_cost", "failure_cost", "currency",
+    *[f"failures_{k}" for k in KINDS], "infrastructure_failures", "drills", "planned_stops",
+    "mttr_p50_s", "wall_s", "goodput_s", "ettr", "wasted_cost", "failure_cost", "drill_cost",
+    "currency",
 )  # fmt: skip
 
 
 def write_csv(r: ReliabilityReport, path: str | Path) -> Path:
-    """One row per job (:data:`CSV_FIELDS`; times ISO 8601 local with their offset).
-    Raises SpecError when the file cannot be written."""
+    """One row per job (:data:`CSV_FIELDS`; times ISO 8601 local with their offset;
+    ``failures_<kind>`` real failures, ``drills`` injected ones, ``planned_stops`` over the
+    job's submissions). Raises SpecError when the file cannot be written."""
     from .stats import percentiles
 
     def iso(t: float | None) -> str:
@@ -202,12 +225,13 @@ def write_csv(r: ReliabilityReport, path: str | Path) -> Path:
                         "exposure_days": f"{j.exposure_h / 24:.6g}",
                         **{f"failures_{k}": j.kinds.get(k, 0) for k in KINDS},
                         "infrastructure_failures": j.infrastructure_failures,
-                        "planned_stop": int(j.stopped),
+                        "drills": sum(j.drills.values()), "planned_stops": j.stops,
                         "mttr_p50_s": "" if p50 is None else f"{p50[0]:.3f}",
                         "wall_s": f"{j.wall_s:.3f}", "goodput_s": f"{j.goodput_s:.3f}",
                         "ettr": "" if not j.wall_s else f"{j.goodput_s / j.wall_s:.4f}",
                         "wasted_cost": f"{j.wasted_cost:.6g}",
-                        "failure_cost": f"{j.failure_cost:.6g}", "currency": j.currency,
+                        "failure_cost": f"{j.failure_cost:.6g}",
+                        "drill_cost": f"{j.drill_cost:.6g}", "currency": j.currency,
                     }
                 )  # fmt: skip
     except OSError as exc:

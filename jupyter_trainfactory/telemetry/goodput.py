@@ -14,9 +14,16 @@ Categories (seconds):
   work a worker sees (a ``trainfactory.step``, a watched model's first forward, a data
   batch), so a loop that reports once per epoch books its first epoch as training;
 - ``checkpoint_restore``: a later attempt's start to its first step (restore and setup);
-- ``infrastructure_recovery``: a failure to the start of the next attempt;
+- ``infrastructure_recovery``: an infrastructure failure to the start of the next
+  attempt;
 - ``preemption``: the same, when the failure was a preemption;
-- ``wasted_progress``: work after the last checkpoint saved before a failure, lost to it;
+- ``wasted_progress``: work after the last checkpoint saved before an infrastructure
+  failure or a preemption, lost to it;
+- ``user_error``: what an exception of the training code itself cost (the user's, not
+  the cluster's): the work it lost since the last checkpoint saved and the time to the
+  next attempt;
+- ``drill``: the same for a failure injected on purpose (``%train chaos``, the poc's
+  kill);
 - ``checkpoint_save``: checkpoint saves inside kept work;
 - ``data_loading``: time waiting for data inside kept work;
 - ``stop_wait``: a graceful stop that could not complete, from when it was found waiting
@@ -45,6 +52,7 @@ from ..tracking import TAG
 __all__ = [
     "BADPUT_CATEGORIES",
     "CATEGORY_CODES",
+    "FAILURE_CATEGORIES",
     "TIMELINE_TAG",
     "Attempt",
     "CheckpointSave",
@@ -63,9 +71,21 @@ BADPUT_CATEGORIES = (
     "wasted_progress",
     "infrastructure_recovery",
     "preemption",
+    "user_error",
+    "drill",
     "stop_wait",
     "other",
 )
+#: The categories failures cost (a drill is no failure: it was asked for).
+FAILURE_CATEGORIES = ("wasted_progress", "infrastructure_recovery", "preemption", "user_error")
+#: A failed attempt's badput by its ``Attempt.kind``: (the work it lost, the time to the
+#: next attempt).
+_AFTER_FAILURE = {
+    "failure": ("wasted_progress", "infrastructure_recovery"),
+    "preemption": ("wasted_progress", "preemption"),
+    "user_error": ("user_error", "user_error"),
+    "drill": ("drill", "drill"),
+}
 #: Short codes of the categories in ``Goodput.timeline()`` (kept short for the tag limit).
 CATEGORY_CODES = {
     "goodput": "g",
@@ -76,6 +96,8 @@ CATEGORY_CODES = {
     "wasted_progress": "wp",
     "infrastructure_recovery": "ir",
     "preemption": "pe",
+    "user_error": "ue",
+    "drill": "dr",
     "stop_wait": "sw",
     "other": "ot",
 }
@@ -115,7 +137,9 @@ class Attempt:
     """One start of the job's workers (the first, or a restart after a failure).
 
     ``failed_at`` is when the attempt failed (None: it did not fail; it ran to the job's
-    end); ``kind`` is ``"failure"`` or ``"preemption"``; ``detected_at`` is when the
+    end); ``kind`` is what failed it (``fleet.kinds.attempt_kind``): ``"failure"`` (of
+    the infrastructure), ``"preemption"``, ``"user_error"`` (an exception of the
+    training code) or ``"drill"`` (injected on purpose); ``detected_at`` is when the
     failure was detected (Ray Train's health check; None: at ``failed_at``).
     """
 
@@ -210,9 +234,9 @@ class Goodput:
         dict
             ``{"t0": submitted, "wall_s": ..., "segments": [[start, end, code], ...],
             "failures": [[time, kind], ...]}``: times in s relative to ``t0``, rounded to
-            0.1 s, ``code`` from ``CATEGORY_CODES``, ``kind`` ``"failure"`` or
-            ``"preemption"``. With the defaults, ``json.dumps`` of it stays under 5,000
-            characters for jobs of up to a year (relative times of at most 10 digits).
+            0.1 s, ``code`` from ``CATEGORY_CODES``, ``kind`` an ``Attempt.kind``. With
+            the defaults, ``json.dumps`` of it stays under 5,000 characters for jobs of
+            up to a year (relative times of at most 10 digits).
 
         Raises
         ------
@@ -401,8 +425,10 @@ def account(
     step starts; kept work (goodput,
     ``checkpoint_save``, ``data_loading``) until the end of the last checkpoint saved before
     a failure, or of the last step; then ``wasted_progress`` until the failure and
-    ``infrastructure_recovery`` or ``preemption`` until the next attempt, or, for the last
-    attempt, saves and ``other`` until ``ended``.
+    ``infrastructure_recovery`` or ``preemption`` until the next attempt (both
+    ``user_error`` after an exception of the training code, both ``drill`` after an
+    injected failure: ``Attempt.kind``), or, for the last attempt, saves and ``other``
+    until ``ended``.
 
     Parameters
     ----------
@@ -503,16 +529,21 @@ def _attempt_time(
             kept_end = mine[-1].end
         _kept_work(segments, first, kept_end, [s for s in mine if s.end <= kept_end], saves)
         if failed is not None:
-            _add(segments, kept_end, stop, "wasted_progress")
+            _add(segments, kept_end, stop, _after_failure(attempt.kind)[0])
         else:  # after the last step: a final checkpoint, the last report, teardown
             for a, b, saving in _split(kept_end, stop, _union(saves, kept_end, stop)):
                 _add(segments, a, b, "checkpoint_save" if saving else "other")
     if failed is None:
         return segments, None
-    recovery = "preemption" if attempt.kind == "preemption" else "infrastructure_recovery"
-    _add(segments, failed, end, recovery)
+    _add(segments, failed, end, _after_failure(attempt.kind)[1])
     failure = _failure_record(failed, attempt.detected_at, end, attempt.kind, mine, steps, saves)
     return segments, failure
+
+
+def _after_failure(kind: str) -> tuple[str, str]:
+    """The badput of an attempt failed by ``kind`` (an ``Attempt.kind``; an unknown one is
+    an infrastructure failure): (its lost work, the time to the next attempt)."""
+    return _AFTER_FAILURE.get(kind, _AFTER_FAILURE["failure"])
 
 
 def _relabel_after(segments: list[Segment], t: float, old: str, new: str) -> list[Segment]:

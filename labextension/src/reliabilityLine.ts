@@ -42,7 +42,7 @@ export function periodText(since: string): string {
   return n === 1 ? `last ${word}` : `last ${n} ${word}s`;
 }
 
-/** One line per unit: its failure rate's text and its exposure; then the lemon nodes. */
+/** One line per unit: its failure rate's text, its exposure, planned stops and drills; then the lemon nodes. */
 export function reliabilityTooltip(summary: IReliability): string {
   const lines = summary.units.map(unitLine);
   if (summary.lemons.length) {
@@ -57,5 +57,8 @@ function unitLine(u: IReliabilityUnit): string {
   const stops = u.stops
     ? `, ${u.stops} planned stop${u.stops === 1 ? '' : 's'}`
     : '';
-  return `${u.unit}: ${u.rate}; ${exposure}${stops}`;
+  const drills = u.drills
+    ? `, ${u.drills} drill${u.drills === 1 ? '' : 's'} (injected: not in the rate)`
+    : '';
+  return `${u.unit}: ${u.rate}; ${exposure}${stops}${drills}`;
 }

@@ -88,6 +88,9 @@ export interface IReliabilityUnit {
   exposure_days: number;
   infrastructure_failures: number;
   user_errors: number;
+  /** Failures injected on purpose (`%train chaos`, the poc's kill): in no rate. */
+  drills: number;
+  /** Planned stops (`%train stop`, the panel's Stop, a budget), over the jobs' resumes. */
   stops: number;
   /** The failure rate with its 95 % interval, as text. */
   rate: string;

@@ -404,6 +404,7 @@ def test_poc_with_the_users_function_loses_a_nodes_workers(remote, cluster, caps
     (record, *_) = json.loads(run.data.tags["trainfactory.faults.records"])
     # a node's workers killed at once: recorded as the node lost, not one worker's crash
     assert record["rank"] == 1 and record["kind"] == "node_loss", record
+    assert record.get("drill") is True, record  # a chaos kill: a drill, counted apart
     assert record["restored_step"] % 10 == 0 and record["step_reached"] >= 15
     assert checks["steps_lost"].value == record["step_reached"] - record["restored_step"]
     assert "fault_loop" in run.info.run_name

@@ -63,6 +63,11 @@ def test_quick_poc_measures_every_stage_and_writes_its_report(shell, tmp_path, m
     # 4 when the kill step's own point did not reach the run, 6 when rank 0's next one did
     run = mlflow_client.get_run(report.run_id)
     (record, *_) = json.loads(run.data.tags["trainfactory.faults.records"])
+    # the poc's own kill is a drill (issue 48, 7): the dying rank told the recorder first
+    assert record["kind"] == "worker_crash" and record.get("drill") is True, record
+    counts = json.loads(run.data.tags["trainfactory.faults.counts"])
+    assert counts["kinds"] == {} and counts["drills"] == {"worker_crash": 1}, counts
+    assert "cost/infrastructure_recovery_usd" not in run.data.metrics
     lost = record["step_reached"] - record["restored_step"]
     assert checks["steps_lost"].value == lost and 4 <= lost <= 6, (record, text)
     assert checks["recovery_mttr_s"].status == PASS, text

@@ -1,6 +1,7 @@
-"""The reliability report over real jobs on the embedded services: a chaos kill (an
-infrastructure failure, recovered), a failure in the training code (a user error), a
-planned stop; the notebook's API and the command line print the same report."""
+"""The reliability report over real jobs on the embedded services: a chaos kill (a drill,
+recovered: counted apart from real failures), a failure in the training code (a user
+error, its cost the user's), two planned stops of one job (stopped, resumed, stopped
+again); the notebook's API and the command line print the same report."""
 
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def _wait_for(predicate, timeout, what):
 
 
 @pytest.mark.timeout(540)
-def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
+def test_report_counts_a_drill_apart_one_user_error_and_every_stop(
     manager, mlflow_client, tmp_path, monkeypatch
 ):
     experiment = f"reliability-{uuid.uuid4().hex[:8]}"
@@ -61,6 +62,11 @@ def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
         stopped.stop()
         assert stopped.wait(timeout=120) == "STOPPED"
         assert killed.wait(timeout=240) == "SUCCEEDED", killed.info().error
+        # resumed (it has checkpoints), then stopped again: both stops count (issue 48, 7)
+        stopped.resume()
+        _wait_for(lambda: stopped.info().state == "RUNNING", 180, "the resume did not run")
+        stopped.stop(now=True)
+        assert stopped.wait(timeout=120) == "STOPPED"
     finally:
         for job in jobs:
             job.stop(now=True)
@@ -68,18 +74,26 @@ def test_report_counts_one_infrastructure_failure_one_user_error_and_a_stop(
     report = reliability(since=since, until=until, experiment=experiment)
     (cpu,) = report.fleet
     assert cpu.unit == "vCPU" and cpu.jobs == 3 and cpu.live == 0
-    assert cpu.kinds == {"worker_crash": 1, "user_error": 1}
-    assert cpu.infrastructure == 1 and cpu.user_errors == 1 and cpu.stops == 1
-    # MTTR: from the kill to the first step past the one it had reached
-    assert cpu.recovered == 1 and 0 < cpu.mttr_s[0] == cpu.mttr_s[2] < 120
-    record = next(f for j in report.jobs for f in j.failures if f.kind == "worker_crash")
+    # the chaos kill is a drill: its own kind, in no rate, MTBF or MTTR of real failures
+    assert cpu.kinds == {"user_error": 1} and cpu.drills == {"worker_crash": 1}
+    assert cpu.infrastructure == 0 and cpu.user_errors == 1 and cpu.stops == 2
+    assert cpu.mttr_of == 0 and cpu.mttr_s is None and cpu.mtbf_h is None
+    # its record keeps its MTTR: from the kill to the first step past the one it reached
+    record = next(f for j in report.jobs for f in j.failures if f.drill)
+    assert record.kind == "worker_crash" and 0 < record.mttr_s < 120
     assert record.mttr_s == pytest.approx(metrics(killed)["faults/mttr_s"])
+    assert metrics(killed)["badput/drill_s"] > 0
+    assert metrics(killed).get("badput/infrastructure_recovery_s", 0.0) == 0.0
+    # the user's ValueError: its time and cost are the user's, never infrastructure's
+    assert "cost/infrastructure_recovery_usd" not in metrics(failing)
+    assert metrics(failing).get("badput/infrastructure_recovery_s", 0.0) == 0.0
     # exposure: the vCPUs each job held, from its cost meter
     assert 0 < cpu.exposure_h == pytest.approx(sum(j.exposure_h for j in report.jobs))
     assert cpu.rate.per_day is None  # minutes of one vCPU: too little for a rate
     text = report.text()
     print(text)  # the closing note shows it
-    assert "1 infrastructure (worker_crash 1)" in text and "1 user error" in text
+    assert "0 infrastructure (none)" in text and "1 user error" in text
+    assert "2 planned stops" in text and "drills:    1 injected failure (worker_crash 1)" in text
     # the command line computes the same report
     cli = subprocess.run(
         [sys.executable, "-m", "jupyter_trainfactory.cli", "reliability", "--experiment",

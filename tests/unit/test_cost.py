@@ -187,3 +187,61 @@ def test_money_shows_cents_or_two_significant_digits():
     assert money(0.000712) == "0.00071"
     assert money(8.1e-05) == "0.000081"  # a 30 s CPU job: never "8.1e-05"
     assert money(3e-9) == "<0.000001"
+
+
+def test_a_user_errors_cost_is_the_users_never_infrastructure_recovery(tmp_path, monkeypatch):
+    """A trial's loop raises its own KeyError and Ray Train restarts it: the lost time
+    and its cost are booked as the user's (``badput/user_error_s``,
+    ``cost/user_error_usd``), not as ``infrastructure_recovery`` (issue 48, finding 8).
+    A real MLflow store (SQLite); the recorder's clock is stepped by hand."""
+    import json
+    import time
+
+    from mlflow import MlflowClient
+
+    from jupyter_trainfactory.chargeback import FAILURE_CATEGORIES
+    from jupyter_trainfactory.telemetry.cost import EXAMPLE_CATALOG
+    from jupyter_trainfactory.tracking import TAG
+    from ray_backend import recorder as recorder_module
+    from ray_backend.costs import CostMeter
+
+    real = time
+
+    class Clock:
+        t = real.time()
+
+        def time(self):
+            return self.t
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    clock = Clock()
+    monkeypatch.setattr(recorder_module, "time", clock)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("t", artifact_location=str(tmp_path / "a"))
+    run_id = client.create_run(exp).info.run_id
+    meter = CostMeter(EXAMPLE_CATALOG, workers=1, gpus_per_worker=1, cpus_per_worker=4)
+    rec = recorder_module.RunRecorder(uri, run_id, flush_interval_s=3600, cost=meter)
+    t0 = clock.t = real.time() + 1  # after the recorder's submission time
+    rec.set_state("RUNNING")
+    rec.worker_batch(0, {"device": {"device_name": "NVIDIA H200"}})
+    clock.t = t0 + 90  # the loop's last sign of life; it raises
+    rec.worker_batch(0, {"worker": {"pid": 7, "node_id": "n", "node_ip": "10.0.0.7"}})
+    error = {"type": "KeyError", "message": "KeyError: 'lr'", "traceback": "  File f\nKeyError"}
+    rec.worker_failure(0, error["message"], detail=error)
+    clock.t = t0 + 130  # Ray Train's restart
+    rec.set_state("RUNNING")
+    rec.derive(t0 + 140)
+    rec.flush()
+    run = client.get_run(run_id)
+    m = run.data.metrics
+    (record,) = json.loads(run.data.tags[TAG.FAILURES])
+    assert record["kind"] == "user_error"
+    assert m["badput/user_error_s"] == pytest.approx(40.0, abs=0.5)  # 90-130
+    assert m["badput/infrastructure_recovery_s"] == 0.0
+    # one H200 at the example's $4.00 an hour: 40 s of it are the user's
+    assert m["cost/user_error_usd"] == pytest.approx(4.0 * 40 / 3600, rel=0.02)
+    assert "cost/infrastructure_recovery_usd" not in m
+    assert "user_error" in FAILURE_CATEGORIES  # a failure's cost, named for whose it is

@@ -44,6 +44,8 @@ def test_one_failure_restored_from_the_last_checkpoint():
             "wasted_progress": 5.5,  # 32-37.5: after the checkpoint, lost
             "infrastructure_recovery": 7.5,  # 37.5-45
             "preemption": 0.0,
+            "user_error": 0.0,
+            "drill": 0.0,
             "stop_wait": 0.0,
             "other": 5.0,  # 65-70 after the last step
         }
@@ -59,8 +61,9 @@ def test_one_failure_restored_from_the_last_checkpoint():
     assert metrics["goodput/ettr"] == pytest.approx(18 / 70)
 
 
-def _two_failures():
-    """Two failures, the second a preemption, and slow checkpoint saves (0-70 s)."""
+def _two_failures(kinds=("failure", "preemption")):
+    """Two failures, the second a preemption (``kinds``: the two ``Attempt.kind``), and
+    slow checkpoint saves (0-70 s)."""
     # attempt 0 (start 5): steps 1-4 end 11..14 (first starts at 10), slow save of step 4
     #   14-24, steps 5-6 end 25, 26; fails at 26.
     # attempt 1 (start 30): restored from step 4; steps 5-8 end 36..39 (first starts 35),
@@ -77,8 +80,8 @@ def _two_failures():
         0.0,
         70.0,
         [
-            Attempt(5.0, failed_at=26.0),
-            Attempt(30.0, failed_at=39.0, kind="preemption"),
+            Attempt(5.0, failed_at=26.0, kind=kinds[0]),
+            Attempt(30.0, failed_at=39.0, kind=kinds[1]),
             Attempt(50.0),
         ],
         steps,
@@ -97,6 +100,8 @@ def test_two_failures_a_preemption_and_slow_checkpoints():
             "wasted_progress": 2.0 + 4.0,  # 24-26, 35-39
             "infrastructure_recovery": 4.0,  # 26-30
             "preemption": 11.0,  # 39-50
+            "user_error": 0.0,
+            "drill": 0.0,
             "stop_wait": 0.0,
             "other": 2.0,  # 68-70
         }
@@ -108,6 +113,22 @@ def test_two_failures_a_preemption_and_slow_checkpoints():
     assert first.mttr_s == pytest.approx(38.0 - 26.0)  # step 7 is next reached at 38
     assert (second.kind, second.step_reached, second.restored_step) == ("preemption", 8, 4)
     assert second.steps_lost == 4 and second.mttr_s == pytest.approx(57.0 - 39.0)  # step 9
+
+
+def test_a_user_error_and_a_drill_are_booked_as_theirs_never_as_infrastructure():
+    """The training code's own exception is the user's: its lost work and the restart
+    after it are ``user_error`` (``cost/user_error_usd``); an injected failure's are
+    ``drill``. Neither is wasted progress or infrastructure recovery (issue 48, 8)."""
+    acc = _two_failures(kinds=("user_error", "drill"))
+    bad = acc.badput_s
+    assert bad["user_error"] == pytest.approx(2.0 + 4.0)  # 24-26 lost, 26-30 the restart
+    assert bad["drill"] == pytest.approx(4.0 + 11.0)  # 35-39 lost, 39-50 the recovery
+    assert bad["infrastructure_recovery"] == bad["wasted_progress"] == bad["preemption"] == 0
+    assert bad["checkpoint_restore"] == pytest.approx(7.0) and _total(acc) == pytest.approx(70.0)
+    assert [f.kind for f in acc.failures] == ["user_error", "drill"]
+    assert acc.failures[0].steps_lost == 2 and acc.failures[1].steps_lost == 4
+    codes = {code for _, _, code in acc.timeline()["segments"]}
+    assert {"ue", "dr"} <= codes and not {"ir", "wp", "pe"} & codes
 
 
 def test_a_job_still_starting_is_all_startup():

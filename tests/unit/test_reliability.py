@@ -5,6 +5,7 @@ percentiles, ETTR, the lemon-node flag, a resumed job, a job in progress (no ser
 import csv
 import json
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from jupyter_trainfactory import runreads
 from jupyter_trainfactory.fleet.history import history_from_run
 from jupyter_trainfactory.fleet.kinds import classify
-from jupyter_trainfactory.fleet.report import MIN_RATE_DAYS, Rate, reliability_report
+from jupyter_trainfactory.fleet.report import MIN_RATE_DAYS, Rate, compute, reliability_report
 from jupyter_trainfactory.fleet.rest_runs import page_reader, run_view
 from jupyter_trainfactory.fleet.stats import poisson_interval
 from jupyter_trainfactory.fleet.views import report_text, summary_line, write_csv, write_html
@@ -259,3 +260,187 @@ def test_the_api_function_is_not_shadowed_by_the_package():
     from jupyter_trainfactory import api
 
     assert jupyter_trainfactory.reliability is api.reliability
+
+
+# -- drills and planned stops, end to end through the recorder (issue 48, finding 7) -----
+
+
+def _recorder_run(tmp_path):
+    from ray_backend.recorder import RunRecorder
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("t", artifact_location=str(tmp_path / "artifacts"))
+    run_id = client.create_run(exp).info.run_id
+    client.log_batch(run_id, params=[Param("accelerator", "cpu"), Param("workers", "2")])
+    rec = RunRecorder(uri, run_id, flush_interval_s=3600)
+    rec.set_state("RUNNING")
+    rec.worker_batch(0, {"worker": {"pid": 10, "node_id": "n0", "node_ip": "10.0.0.1"}})
+    rec.worker_batch(1, {"worker": {"pid": 11, "node_id": "n1", "node_ip": "10.0.0.2"}})
+    return rec, client, run_id
+
+
+_DIED = {"type": "ActorDiedError", "message": "ActorDiedError: the actor died", "traceback": ""}
+
+
+def _fleet_of(client, run_id):
+    job = history_from_run(client.get_run(run_id), "t", time.time())
+    return job, compute([job], None, time.time() + 1, time.time())
+
+
+def test_a_chaos_kill_is_a_drill_never_an_infrastructure_failure(tmp_path):
+    """``%train chaos`` kills rank 1: its recorder marks the pid it killed. The failure
+    keeps the kind it simulates, is recorded as a drill and counted apart: no failure
+    rate, MTBF or MTTR of real failures counts it, and the report says so."""
+    rec, client, run_id = _recorder_run(tmp_path)
+    rec.chaos_control.killed("c1", [11])  # what RunRecorder.chaos records after its kill
+    rec.worker_failure(1, _DIED["message"], detail=_DIED)
+    rec.set_state("RUNNING")  # the restart
+    rec.finish("FINISHED", "SUCCEEDED")
+    tags = client.get_run(run_id).data.tags
+    (record,) = json.loads(tags[TAG.FAILURES])
+    assert (record["kind"], record["rank"], record["drill"]) == ("worker_crash", 1, True)
+    counts = json.loads(tags[TAG.FAULT_COUNTS])
+    assert counts == {"kinds": {}, "nodes": {}, "drills": {"worker_crash": 1}}
+    job, report = _fleet_of(client, run_id)
+    assert job.kinds == {} and job.drills == {"worker_crash": 1}
+    assert job.infrastructure_failures == 0 and job.failures[0].drill
+    (cpu,) = report.fleet
+    assert cpu.infrastructure == 0 and cpu.drill_count == 1 and cpu.rate.failures == 0
+    assert cpu.mtbf_h is None and cpu.mttr_of == 0 and cpu.mttr_s is None
+    text = report.text()
+    assert "failures:  0 infrastructure (none)" in text
+    assert "drills:    1 injected failure (worker_crash 1)" in text
+    assert "not in the rate, MTBF or MTTR" in text
+    assert "1 drill (not counted)" in report.summary()["text"]
+    assert report.summary()["units"][0]["drills"] == 1
+    assert report.buckets[0][1] == 0  # not a failure on the plot either
+    from jupyter_trainfactory.commands import format_status
+    from jupyter_trainfactory.jobstate import job_info
+
+    status = format_status(job_info(client.get_run(run_id), "SUCCEEDED", "sqlite://"))
+    assert "worker_crash (a drill: injected) at step" in status
+
+
+def test_the_pocs_own_kill_is_a_drill_even_when_a_peer_fails_first(tmp_path):
+    """The poc's dying rank tells the recorder first (``poc_loop._announce_drill``: an
+    ``error`` report with ``by``); under DDP its peer's broken collective is often
+    recorded before Ray sees the death, and the death then becomes the root cause: the
+    drill mark goes with it."""
+    from ray_backend import poc_loop, session
+
+    told = []
+
+    class Worker:
+        def set_info(self, kind, info):
+            told.append((kind, info))
+
+        def drain(self, timeout):
+            told.append(("drained", timeout))
+
+    session._current = Worker()
+    try:
+        poc_loop._announce_drill(poc_loop.BY_CHAOS_WORKER, 25)
+    finally:
+        session._current = None
+    (kind, said), drained = told
+    assert kind == "error" and said["by"] == "chaos" and "step 25" in said["cause"]
+    assert drained[0] == "drained"  # it waits until the recorder has the word
+    rec, client, run_id = _recorder_run(tmp_path)
+    rec.worker_batch(1, {"error": said})  # sent before the SIGKILL
+    reset = "RuntimeError: [gloo/transport/tcp/pair.cc:537] Connection reset by peer"
+    rec.worker_failure(0, reset, detail={"type": "RuntimeError", "message": reset})
+    rec.worker_failure(1, _DIED["message"], detail=_DIED)
+    rec.finish("FINISHED", "SUCCEEDED")
+    tags = client.get_run(run_id).data.tags
+    failure = json.loads(tags[TAG.FAILURE])
+    assert failure["rank"] == 1 and failure["by"] == "chaos" and "poc" in failure["cause"]
+    (record,) = json.loads(tags[TAG.FAILURES])
+    assert (record["kind"], record["rank"], record.get("drill")) == ("worker_crash", 1, True)
+    job, report = _fleet_of(client, run_id)
+    assert job.kinds == {} and report.fleet[0].infrastructure == 0
+    # the goodput account books its time as the drill's, not infrastructure recovery's
+    assert [f.kind for f in rec.goodput(time.time()).failures] == ["drill"]
+
+
+def test_a_real_crash_stays_an_infrastructure_failure_beside_a_drill():
+    from jupyter_trainfactory.fleet.kinds import attempt_kind, injected
+    from jupyter_trainfactory.fleet.records import failure_tags, read_counts
+    from jupyter_trainfactory.telemetry.goodput import FailureRecord
+
+    records = [
+        FailureRecord(1.0, "failure", 5, 4, 1, 3.0),
+        FailureRecord(9.0, "drill", 8, 4, 4, 2.0),
+    ]
+    causes = [
+        dict(_DIED, node="10.0.0.2", rank=1),
+        dict(_DIED, node="10.0.0.2", rank=1, by="chaos-node"),
+    ]
+    tags = failure_tags(records, causes, counts_before={"kinds": {"user_error": 1}})
+    counts = read_counts(tags)
+    assert counts["kinds"] == {"user_error": 1, "worker_crash": 1}
+    assert counts["nodes"] == {"10-0-0-2": {"worker_crash": 1}}  # no lemon test counts a drill
+    assert counts["drills"] == {"node_loss": 1}
+    assert [r.get("drill", False) for r in json.loads(tags[TAG.FAILURES])] == [False, True]
+    assert not injected(causes[0]) and injected(causes[1]) and not injected({"by": "stall"})
+    assert attempt_kind(causes[0]) == "failure" and attempt_kind(causes[1]) == "drill"
+    assert attempt_kind({"type": "KeyError"}) == "user_error"
+    assert attempt_kind({"type": "ActorDiedError", "kind": "preemption"}) == "preemption"
+
+
+def test_planned_stops_are_counted_over_a_jobs_resumes(tmp_path):
+    """A stop from the panel, then Resume: the reopened run ends FINISHED, so the stop
+    was only in its KILLED status, which the resume overwrote. The resume now keeps it
+    (``trainfactory.stops``) and the report counts every planned stop of a job."""
+    from jupyter_trainfactory import submission
+    from jupyter_trainfactory.fleet.records import planned_stops
+
+    _, reopen = submission.reopen_tags("tf-x", 1, {}, 0.0, planned_stops("KILLED", {}))
+    assert reopen[TAG.STOPS] == "1"
+    _, again = submission.reopen_tags("tf-x", 2, {}, 0.0, planned_stops("KILLED", reopen))
+    assert again[TAG.STOPS] == "2"
+    assert planned_stops("FAILED", again) == 2 and planned_stops("RUNNING", {}) == 0
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("t", artifact_location=str(tmp_path / "a"))
+    resumed = client.create_run(exp).info.run_id  # stopped twice, resumed, finished
+    client.log_batch(resumed, tags=[RunTag(TAG.STOPS, again[TAG.STOPS])])
+    client.set_terminated(resumed, "FINISHED")
+    stopped = client.create_run(exp).info.run_id  # stopped now
+    client.set_terminated(stopped, "KILLED")
+    runs = [client.get_run(r) for r in (resumed, stopped)]
+    jobs = [history_from_run(r, "t", NOW) for r in runs]
+    assert [j.stops for j in jobs] == [2, 1] and [j.stopped for j in jobs] == [False, True]
+    report = compute(jobs, None, NOW, NOW)
+    assert report.fleet[0].stops == 3 and "3 planned stops" in report.text()
+    rows = list(csv.DictReader(write_csv(report, tmp_path / "s.csv").open()))
+    assert sorted(x["planned_stops"] for x in rows) == ["1", "2"]
+
+
+def test_a_resume_keeps_the_stop_its_reopen_overwrites(tmp_path, monkeypatch):
+    """``JobManager.resume`` of a job stopped from the panel (its run KILLED): the reopened
+    run still counts that planned stop (no cluster: the submission is a stub)."""
+    from jupyter_trainfactory import jobs
+    from jupyter_trainfactory.spec import JobSpec
+
+    manager = jobs.JobManager("http://127.0.0.1:1", f"sqlite:///{tmp_path}/mlflow.db")
+    client = manager.mlflow_client
+    exp = client.create_experiment("t", artifact_location=str(tmp_path / "a"))
+    run_id = client.create_run(exp).info.run_id
+    client.log_batch(
+        run_id,
+        tags=[RunTag(k, v) for k, v in {TAG.JOB_ID: "tf-5700beef", TAG.CKPT_STEP: "5",
+              TAG.DASHBOARD: "http://127.0.0.1:1", TAG.STATE: "STOPPED"}.items()],
+    )  # fmt: skip
+    client.set_terminated(run_id, "KILLED")
+    payload = tmp_path / "payload"
+    payload.mkdir()
+    (payload / "job.json").write_text(
+        json.dumps({"job_id": "tf-5700beef", "spec": JobSpec("f").to_dict()})
+    )
+    monkeypatch.setattr(jobs, "fetch_payload", lambda *a: payload)
+    monkeypatch.setattr(manager, "check", lambda spec: SimpleNamespace(min_nodes=1))
+    monkeypatch.setattr(manager, "_submit", lambda *a: None)
+    manager.resume("tf-5700beef")
+    run = client.get_run(run_id)
+    assert run.info.status == "RUNNING" and run.data.tags[TAG.STOPS] == "1"
+    assert history_from_run(run, "t", time.time()).stops == 1
