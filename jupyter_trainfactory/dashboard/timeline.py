@@ -20,6 +20,8 @@ CATEGORY_COLOURS = {
     "wasted_progress": "#e0976b",
     "infrastructure_recovery": "#a86b6b",
     "preemption": "#c98fb0",
+    "user_error": "#bf8700",
+    "drill": "#57606a",
     "stop_wait": "#cf8a4e",
     "other": "#c9ced3",
 }

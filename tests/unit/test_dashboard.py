@@ -549,3 +549,11 @@ def test_header_names_fsdp2_collectives_and_the_ingest_rate(run):
     )
     assert "allreduce" not in header
     board.close()
+
+
+def test_every_goodput_category_has_a_colour_of_its_own():
+    from jupyter_trainfactory.dashboard.timeline import CATEGORY_COLOURS
+    from jupyter_trainfactory.telemetry.goodput import CATEGORY_CODES
+
+    assert set(CATEGORY_COLOURS) == set(CATEGORY_CODES)  # user_error, drill: not grey
+    assert len(set(CATEGORY_COLOURS.values())) == len(CATEGORY_COLOURS)
