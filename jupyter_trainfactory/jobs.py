@@ -370,7 +370,7 @@ class JobManager:
         previous = {k: tags.get(k, "") for k in (TAG.SUBMISSION, TAG.STATE, TAG.REASON, TAG.STOPS)}
         stops = planned_stops(run.info.status, tags)  # KILLED: a stop the reopen would hide
         submission_id, reopen = submission.reopen_tags(job_id, count, changes, time.time(), stops)
-        self.mlflow_client.log_batch(run_id, tags=tracking.run_tags(reopen))
+        tracking.write_tags(self.mlflow_client, run_id, reopen)
         self.mlflow_client.update_run(run_id, status="RUNNING")
         try:
             self._submit(job_id, submission_id, run_id, spec, payload)

@@ -193,10 +193,14 @@ def reopen_tags(
         TAG.STOPS: str(stops),
         TAG.RESUME_SPEC: json.dumps({"submission": submission_id, "time": now, **changes}),
         TAG.STARTED: f"{now:.3f}",  # goodput counts this submission's time
+        # cleared (an empty value deletes its tag: tracking.write_tags): what the earlier
+        # submission's end said no longer holds; a fault injected into it stays there
         TAG.STOP: "",
+        TAG.STOP_TIME: "",
+        TAG.STOP_GRACE: "",
         TAG.ERROR: "",
         TAG.STALL: "",
-        TAG.CHAOS: "",  # a fault injected into an earlier submission stays there
+        TAG.CHAOS: "",
     }
     return submission_id, tracking.fit_tags(reopen)
 

@@ -468,6 +468,28 @@ def run_tags(tags: Mapping[str, str]) -> list:
     return [RunTag(k, v) for k, v in tags.items()]
 
 
+def clear_tags(mlflow_client, run_id: str, keys) -> None:
+    """Delete the tags ``keys`` of run ``run_id`` that it has: a tag describes the run as it
+    is now, so one that no longer holds goes, rather than stay stale or be written empty.
+    Raises what the tracking server raises, but for a tag that is not there."""
+    from mlflow.exceptions import MlflowException
+
+    for key in keys:
+        try:
+            mlflow_client.delete_tag(run_id, key)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+
+
+def write_tags(mlflow_client, run_id: str, tags: Mapping[str, str]) -> None:
+    """Set ``tags`` on run ``run_id``; an empty value deletes its tag (:func:`clear_tags`)."""
+    kept = {k: v for k, v in tags.items() if v != ""}
+    if kept:
+        mlflow_client.log_batch(run_id, tags=run_tags(kept))
+    clear_tags(mlflow_client, run_id, [k for k, v in tags.items() if v == ""])
+
+
 def experiment_name(name: str) -> str:
     """``name`` as stored in MLflow: unchanged up to 256 characters (the experiments
     table's limit), else its first 247 with ``~`` and 8 hex digits of its SHA-1."""

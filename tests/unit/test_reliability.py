@@ -429,7 +429,8 @@ def test_a_resume_keeps_the_stop_its_reopen_overwrites(tmp_path, monkeypatch):
     client.log_batch(
         run_id,
         tags=[RunTag(k, v) for k, v in {TAG.JOB_ID: "tf-5700beef", TAG.CKPT_STEP: "5",
-              TAG.DASHBOARD: "http://127.0.0.1:1", TAG.STATE: "STOPPED"}.items()],
+              TAG.DASHBOARD: "http://127.0.0.1:1", TAG.STATE: "STOPPED", TAG.STOP: "user",
+              TAG.STOP_TIME: "1000.0", TAG.STOP_GRACE: "300"}.items()],
     )  # fmt: skip
     client.set_terminated(run_id, "KILLED")
     payload = tmp_path / "payload"
@@ -444,3 +445,8 @@ def test_a_resume_keeps_the_stop_its_reopen_overwrites(tmp_path, monkeypatch):
     run = client.get_run(run_id)
     assert run.info.status == "RUNNING" and run.data.tags[TAG.STOPS] == "1"
     assert history_from_run(run, "t", time.time()).stops == 1
+    # issue 48, finding 9: the running run's tags say what holds now: no stale stop
+    # request, and no empty tags (error, stall, chaos) written in their place
+    gone = (TAG.STOP, TAG.STOP_TIME, TAG.STOP_GRACE, TAG.ERROR, TAG.STALL, TAG.CHAOS, TAG.WAITING)
+    assert not set(gone) & set(run.data.tags)
+    assert "" not in run.data.tags.values()
