@@ -142,12 +142,16 @@ class Delivery:
             self.dropped += 1
             over -= 1
 
-    def written_at(self, key: str, step: int, value: float, now: float) -> tuple[float, int]:
+    def written_at(self, key: str, step: int, value: float, now: float) -> tuple[float, int] | None:
         """``(value, time in ms)`` of ``key``'s point at ``step`` as written to the run (one
-        of its last :data:`RECENT_POINTS`), else ``(value, now)``."""
+        of its last :data:`RECENT_POINTS`), else ``(value, now)``; None when the run holds
+        a point at that step this recorder did not write (an earlier submission's, below
+        the key's floor): a copy at another time would be a second point of that step."""
         for at, number, ts in reversed(self._recent.get(key, ())):
             if at == step:
                 return number, ts
+        if step <= self._floor.get(key, -1):
+            return None
         return value, int(now * 1000)
 
     def continue_steps(self, last_steps: dict[str, int]) -> None:

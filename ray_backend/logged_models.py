@@ -38,19 +38,22 @@ class CheckpointModels:
         path: str,
         when: float,
         values: dict[str, float | None],
-        written_at: Callable[[str, int, float, float], tuple[float, int]],
+        written_at: Callable[[str, int, float, float], tuple[float, int] | None],
         key: Callable[[str], str],
     ) -> None:
         """Queue the checkpoint at ``path`` reported at ``step`` and ``when`` (s since the
         epoch) with ``values`` (raw key -> number); ``written_at(key, step, value, when)``
         gives the run's own point at that step (value, ms), so the model's copy of a point
-        is the run's one point (MLflow keeps each key's step once); ``key`` maps a raw key
+        is the run's one point (MLflow keeps each key's step once), or None for a point an
+        earlier submission wrote (left out: its time is not known); ``key`` maps a raw key
         to its MLflow key. Called under the recorder's lock."""
-        metrics = {
+        points = {
             key(k): written_at(key(k), step, v, when)
             for k, v in values.items()
             if v is not None and math.isfinite(v)
         }
+        # a point the run got from an earlier submission stays its own: left out here
+        metrics = {k: p for k, p in points.items() if p is not None}
         self._pending.append([step, path, when, metrics])
 
     def pending(self) -> int:

@@ -705,3 +705,28 @@ def test_startup_ends_at_the_first_training_work_not_at_the_first_report(store):
     acc = rec.goodput(t0 + 123)
     assert acc.badput_s["startup"] == pytest.approx(5.0 + 3.0)  # pending, then setup
     assert acc.goodput_s == pytest.approx(120.0)  # both epochs
+
+
+def test_a_restored_checkpoints_report_adds_no_second_point_to_a_step_written_before(store):
+    # stop --now, then a resume that restores step 2 and runs 3..5 again: the checkpoint
+    # report at step 5 (save_checkpoint's loss) falls on the earlier submission's point.
+    # Its LoggedModel's copy of that point, at the report's time, was a second loss at 5
+    uri, client, run_id = store
+    first = RunRecorder(uri, run_id, flush_interval_s=3600)
+    first.set_state("RUNNING")
+    t = time.time()
+    first.worker_batch(0, {"points": [("loss", float(s), s, t + s) for s in range(1, 6)]})
+    first.finish("KILLED", "STOPPED", reason="user-now")
+    second = RunRecorder(uri, run_id, flush_interval_s=3600, resume=1)
+    second.set_state("RUNNING")
+    second.worker_batch(0, {"points": [("loss", 9.0, s, t + 60 + s) for s in (3, 4, 5)]})
+    second.report([{"loss": 9.0, "step": 5}], "/ckpt/5", t + 70)
+    second.report([{"loss": 0.6, "step": 6}], "/ckpt/6", t + 71)
+    second.finish("FINISHED", "SUCCEEDED")
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+    assert loss == [(s, float(s)) for s in range(1, 6)] + [(6, 0.6)]  # each step once
+    exp = client.get_run(run_id).info.experiment_id
+    models = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
+    by_step = {int(m.tags[TAG.CKPT_STEP]): m for m in models}
+    assert not by_step[5].metrics  # the run's point at 5 is not its own
+    assert [(x.key, x.value) for x in by_step[6].metrics] == [("loss", 0.6)]
