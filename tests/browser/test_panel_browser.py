@@ -56,7 +56,7 @@ def test_the_panel_shows_a_running_job_and_stops_it(services, manager, tmp_path)
             # from the sidebar at its default width
             output = playwright("panel.spec.ts", env, timeout=420)
         expected = {"panel-default.png", "panel-wide.png", "panel-main.png", "panel-stopped.png"}
-        expected |= {"panel-reliability.png", "panel-waiting.png"}
+        expected |= {"panel-reliability.png", "panel-waiting.png", "panel-start-over.png"}
         assert expected <= screenshots(), output
         info = manager.info(job.id)
         assert info.state == "STOPPED" and info.reason == "user"
@@ -64,6 +64,9 @@ def test_the_panel_shows_a_running_job_and_stops_it(services, manager, tmp_path)
         # stopped from the panel while it waited: it never ran
         info = manager.info(waiting.id)
         assert info.state == "STOPPED" and info.step is None
+        # its Resume was cancelled at the start-over question: no new job, no link
+        tags = manager.mlflow_client.get_run(waiting.run_id).data.tags
+        assert TAG.STARTED_OVER_AS not in tags
     finally:
         for each in (waiting, job):
             if each is not None:

@@ -121,6 +121,16 @@ test('the panel shows a running job and stops it', async ({
   await expect(waitingState).toHaveText('STOPPED', { timeout: 90000 });
   await expect(waitingLine).toHaveCount(0);
 
+  // It saved no checkpoint: Resume says first that it starts over as a new job.
+  await waitingRow.locator('button[data-action="resume"]').click();
+  const startOver = page.locator('.jp-Dialog');
+  await expect(startOver).toContainText(`${WAITING}) saved no checkpoint`);
+  await expect(startOver).toContainText('as a new job');
+  await page.screenshot({ path: testInfo.outputPath('panel-start-over.png') });
+  await startOver.getByRole('button', { name: 'Cancel' }).click();
+  await expect(startOver).toHaveCount(0);
+  await expect(waitingState).toHaveText('STOPPED'); // cancelled: nothing was asked
+
   // The reliability line under the table: the fleet's jobs of the last 30 days (this
   // one among them), per unit the failure rate and the exposure in its tooltip.
   const reliability = panel.locator('.jp-tf-reliability');
