@@ -359,8 +359,9 @@ class SweepRecord:
         """Reopen a trial's child run that an earlier submission closed (a resumed
         sweep: a stopped trial, or a failed one, which leaves the failed count); returns
         the trial's resume count (0: the run is still open)."""
+        from jupyter_trainfactory.fleet.records import planned_stops
         from jupyter_trainfactory.submission import reopen_tags
-        from jupyter_trainfactory.tracking import TAG
+        from jupyter_trainfactory.tracking import TAG, write_tags
 
         run = self.client.get_run(run_id)
         if run.info.status == "RUNNING":
@@ -368,9 +369,9 @@ class SweepRecord:
         if run.info.status == "FAILED":  # a failed sweep's resume tries its failed trials again
             self.counts["failed"] = max(self.counts["failed"] - 1, 0)
         count = int(run.data.tags.get(TAG.RESUMES) or 0) + 1
-        _, tags = reopen_tags(key, count, {}, time.time())
-        for name, value in tags.items():
-            self.client.set_tag(run_id, name, value)
+        stops = planned_stops(run.info.status, run.data.tags)  # the reopen hides a stop
+        _, tags = reopen_tags(key, count, {}, time.time(), stops)
+        write_tags(self.client, run_id, tags)  # an empty value deletes a stale tag
         self.client.update_run(run_id, status="RUNNING")
         return count
 

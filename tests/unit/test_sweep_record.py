@@ -73,3 +73,20 @@ def test_the_parents_swept_keys_name_their_domain_not_the_base_value():
     kind = sweep_kind({"lr": tune.loguniform(1e-3, 1e-1)}, settings, 1, print)
     assert kind.params["config.lr"] == "swept: loguniform(0.001, 0.1)"
     assert kind.params["sweep.space.lr"] == "loguniform(0.001, 0.1)"
+
+
+def test_a_resumed_sweep_reopens_a_stopped_trials_run_with_its_stop_kept(client):
+    # a sweep stopped, then resumed: each stopped trial's child run is reopened (its
+    # planned stop kept in trainfactory.stops, the stale stop request deleted)
+    record = _record(client, "min")
+    record.counts = {"finished": 0, "stopped_early": 0, "failed": 0, "stopped": 1}
+    run_id = record.children["abc_00000"]
+    client.set_tag(run_id, TAG.STOP, "user")
+    client.set_tag(run_id, TAG.RESUMES, "1")
+    client.set_terminated(run_id, "KILLED")
+    assert record._reopen("tf-0000abcd-t0", run_id) == 2
+    run = client.get_run(run_id)
+    assert run.info.status == "RUNNING"
+    assert run.data.tags[TAG.RESUMES] == "2" and run.data.tags[TAG.STOPS] == "1"
+    assert run.data.tags[TAG.SUBMISSION] == "tf-0000abcd-t0-2" and TAG.STOP not in run.data.tags
+    assert record._reopen("tf-0000abcd-t0", run_id) == 0  # open already: nothing to do
