@@ -206,8 +206,12 @@ class DerivedNumbers:
         self.ticks += 1
         ts = int(now * 1000)
         update = Update()
-        counted = self.throughput.steps
+        # the steps every rank completed: a rank's last counters may arrive after rank 0's
+        # (a point at rank 0's last step then held the job's totals less that rank's last)
+        counted = self.throughput.steps_done_by_all
         step = self._train_offset + counted if counted or report_step < 0 else report_step
+        if self.throughput.steps and not counted:
+            step = -1  # a rank has not counted its first step yet: nothing to derive at
         if step > self._derived_step:
             values = self.throughput.derive(now)
             if values:

@@ -213,6 +213,13 @@ class JobThroughput:
             return 0
         return self._ranks[min(self._ranks)].cur.steps
 
+    @property
+    def steps_done_by_all(self) -> int:
+        """Steps every rank seen has completed (the lowest rank count): a ``train/*`` point
+        at this step holds every rank's totals up to it, so the last one is the job's whole
+        count even when a rank's last counters arrive after rank 0's."""
+        return min((state.cur.steps for state in self._ranks.values()), default=0)
+
     def derive(self, now: float) -> dict[str, float]:
         """The job's numbers over the window since the previous call.
 

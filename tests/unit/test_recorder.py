@@ -730,3 +730,19 @@ def test_a_restored_checkpoints_report_adds_no_second_point_to_a_step_written_be
     by_step = {int(m.tags[TAG.CKPT_STEP]): m for m in models}
     assert not by_step[5].metrics  # the run's point at 5 is not its own
     assert [(x.key, x.value) for x in by_step[6].metrics] == [("loss", 0.6)]
+
+
+def test_train_totals_wait_for_every_ranks_counters_of_a_step():
+    # rank 0's last counters arrive, a derive tick, then rank 1's: the point at step 30
+    # held the job's samples less rank 1's last 20 (telemetry_jobs: 3792 of 3840)
+    rec, fake = _recorder()
+    for rank in (0, 1):
+        rec.worker_batch(rank, {"counters": {"time": 10.0, "steps": 10, "samples": 40.0}})
+    rec.derive(10.5)
+    rec.worker_batch(0, {"counters": {"time": 12.0, "steps": 30, "samples": 120.0}})
+    rec.derive(12.5)  # rank 1 is still at 10: its totals are not in yet
+    rec.worker_batch(1, {"counters": {"time": 12.1, "steps": 30, "samples": 120.0}})
+    rec.derive(13.0)
+    rec.flush()
+    samples = {m.step: m.value for m in fake.metrics if m.key == "train/samples"}
+    assert samples[30] == 240.0 and max(samples) == 30
