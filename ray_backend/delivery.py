@@ -195,28 +195,16 @@ class Delivery:
         return pending
 
     def write(self, pending: Pending) -> None:
-        """Write ``pending`` (900 metrics, 100 tags per request; without the lock); a tag
-        set to ``""`` is deleted, not written empty. Raises if a request fails: what was
-        written is removed from ``pending``, the rest stays."""
-        from jupyter_trainfactory.tracking import clear_tags
-
+        """Write ``pending`` (900 metrics, 100 tags per request; without the lock). Raises
+        if a request fails: what was written is removed from ``pending``, the rest stays."""
         items = [pending.user, pending.system]
         tags = pending.tags
-        cleared = [t for t in tags if t.value == ""]  # a tag that no longer holds: deleted
-        tags[:] = [t for t in tags if t.value != ""]
         while tags or any(items):
             chunk_of = next((i for i in items if i), [])
             chunk = chunk_of[:MAX_BATCH_METRICS]
             self.client.log_batch(self.run_id, metrics=chunk, tags=tags[:_MAX_TAGS])
             del chunk_of[: len(chunk)]
             del tags[:_MAX_TAGS]
-        while cleared:
-            try:
-                clear_tags(self.client, self.run_id, [cleared[0].key])
-            except Exception:
-                tags.extend(cleared)  # put back with the rest
-                raise
-            del cleared[0]
 
     def put_back(self, pending: Pending) -> None:
         """After a failed :meth:`write`: what it did not write goes back to the front of

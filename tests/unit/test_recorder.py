@@ -136,8 +136,7 @@ def test_a_pending_jobs_reason_is_kept_current_until_it_runs(store):
     assert not rec.pending_reason("waiting for resources: ...; free now 0 of 2 CPU", "0 of 2")
     rec.flush()
     tags = client.get_run(run_id).data.tags
-    assert tags[TAG.STATE] == "RUNNING"
-    assert TAG.REASON not in tags and TAG.WAITING not in tags  # no longer hold: deleted
+    assert tags[TAG.STATE] == "RUNNING" and tags[TAG.REASON] == "" and tags[TAG.WAITING] == ""
 
 
 class FlakyClient:
@@ -329,7 +328,7 @@ def test_worker_counters_give_throughput_and_mfu():
     assert last["train/mfu"] == pytest.approx(2000.0 * 6000 / 100e12)
     assert fake.tags["trainfactory.flops_per_token"] == "6000"
     assert fake.tags["trainfactory.peak_flops"] == "1e+14"
-    assert "trainfactory.mfu_note" not in fake.tags  # MFU is written: no note
+    assert fake.tags["trainfactory.mfu_note"] == ""
 
 
 def test_checkpoint_saves_give_bandwidth():
@@ -395,7 +394,7 @@ def test_a_stall_is_flagged_suggested_and_stops_the_job(store, capsys):
     assert tags[TAG.STALL_SUGGESTED] == "60"  # 10 x 2 s is below the 60 s floor
     rec.progressed(t0 + 40)  # progress again clears the flag
     rec.flush()
-    assert TAG.STALL not in client.get_run(run_id).data.tags  # a flag that no longer holds
+    assert client.get_run(run_id).data.tags[TAG.STALL] == ""
     assert "stalled: no step or report" in capsys.readouterr().out
 
 
