@@ -136,7 +136,8 @@ class WorkerTelemetry:
 
     def add_step(self, seconds: float, samples: float | None, tokens: float | None) -> None:
         self.progressed.set()
-        self.started(time.time() - seconds)
+        if self._started is None:  # once: no clock read or lock on every later step
+            self.started(time.time() - seconds)
         with self._lock:
             self._steps += 1
             self._step_time += seconds
@@ -149,7 +150,8 @@ class WorkerTelemetry:
             self._dirty = True
 
     def add_data_wait(self, seconds: float) -> None:
-        self.started(time.time())  # a batch arrived: training on it begins
+        if self._started is None:  # a batch arrived: training on it begins
+            self.started(time.time())
         with self._lock:
             self._data_wait += seconds
             self._dirty = True
